@@ -1,0 +1,247 @@
+"""Typed records that sources, the store, analysis and presentation exchange.
+
+This module is a leaf: it imports nothing from batchscope. Every record is a frozen
+dataclass; units are part of the field names; a reading that the target does not
+provide is ``None`` (never 0, never a string such as "N/A").
+
+Timestamps are Unix seconds (float, UTC).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "BatchStat",
+    "DeviceSample",
+    "Duration",
+    "ModelConfig",
+    "ModelMetrics",
+    "ModelRates",
+    "ModelStats",
+    "ProcessSample",
+    "QueuePolicy",
+    "ServerMetrics",
+    "TritonSnapshot",
+]
+
+
+# --------------------------------------------------------------------------- Triton
+
+
+@dataclass(frozen=True)
+class ModelMetrics:
+    """The ``nv_inference_*`` and ``nv_cache_*`` families of one (model, version),
+    summed over ``gpu_uuid`` (Triton splits execution series per GPU)."""
+
+    model: str
+    version: str
+    request_success: float = 0.0
+    request_failure_by_reason: dict[str, float] = field(default_factory=dict)
+    inference_count: float = 0.0
+    exec_count: float = 0.0
+    request_duration_us: float = 0.0
+    queue_duration_us: float = 0.0
+    compute_input_duration_us: float = 0.0
+    compute_infer_duration_us: float = 0.0
+    compute_output_duration_us: float = 0.0
+    pending_request_count: float | None = None
+    cache_hit_count: float | None = None
+    cache_miss_count: float | None = None
+    cache_hit_duration_us: float | None = None
+    cache_miss_duration_us: float | None = None
+    load_duration_s: float | None = None
+    # Optional summary families (``--metrics-config summary_latencies=true``):
+    # family name -> {quantile -> value in µs}; ``_count``/``_sum`` are not kept.
+    summary_quantiles_us: dict[str, dict[float, float]] = field(default_factory=dict)
+
+    @property
+    def request_failure(self) -> float:
+        return sum(self.request_failure_by_reason.values())
+
+
+@dataclass(frozen=True)
+class Duration:
+    """A statistics-API ``duration_stat``: a count and total nanoseconds."""
+
+    count: int = 0
+    ns: int = 0
+
+
+@dataclass(frozen=True)
+class BatchStat:
+    """Cumulative executions and time at one *executed* batch size."""
+
+    batch_size: int
+    compute_input: Duration = Duration()
+    compute_infer: Duration = Duration()
+    compute_output: Duration = Duration()
+
+    @property
+    def exec_count(self) -> int:
+        return self.compute_infer.count
+
+    @property
+    def compute_ns(self) -> int:
+        return self.compute_input.ns + self.compute_infer.ns + self.compute_output.ns
+
+
+@dataclass(frozen=True)
+class ModelStats:
+    """One entry of ``GET /v2/models/stats`` (cumulative since the model loaded)."""
+
+    model: str
+    version: str
+    last_inference_ms: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
+    success: Duration = Duration()
+    fail: Duration = Duration()
+    queue: Duration = Duration()
+    compute_input: Duration = Duration()
+    compute_infer: Duration = Duration()
+    compute_output: Duration = Duration()
+    cache_hit: Duration = Duration()
+    cache_miss: Duration = Duration()
+    batch_stats: tuple[BatchStat, ...] = ()
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    timeout_action: str = "REJECT"
+    default_timeout_us: int = 0
+    allow_timeout_override: bool = False
+    max_queue_size: int = 0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The batching-relevant part of a model's effective config
+    (``GET /v2/models/NAME/config``); ``raw_json`` keeps the whole document so a
+    change can be sent back complete."""
+
+    model: str
+    max_batch_size: int = 0
+    dynamic_batching: bool = False
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+    priority_levels: int = 0
+    default_queue_policy: QueuePolicy | None = None
+    instance_count: int = 1
+    instance_kind: str = "KIND_AUTO"
+    backend: str | None = None
+    platform: str | None = None
+    raw_json: str = "{}"
+
+
+@dataclass(frozen=True)
+class ServerMetrics:
+    """Server-wide, per-interval families (``nv_cpu_*``, ``nv_pinned_*``)."""
+
+    cpu_utilization: float | None = None  # ratio 0..1 over all cores
+    cpu_memory_total_bytes: float | None = None
+    cpu_memory_used_bytes: float | None = None
+    pinned_memory_pool_total_bytes: float | None = None
+    pinned_memory_pool_used_bytes: float | None = None
+
+
+# --------------------------------------------------------------------------- devices
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    """One GPU or MIG instance, read once per tick.
+
+    ``source`` says who measured it: ``"nvml"`` (our own NVML reading) or ``"triton"``
+    (Triton's ``nv_gpu_*`` families). ``kind`` is ``"gpu"`` or ``"mig"``; a MIG
+    instance names its parent GPU in ``parent_uuid``.
+    """
+
+    source: str
+    uuid: str
+    kind: str = "gpu"
+    index: int | None = None
+    name: str | None = None
+    parent_uuid: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    utilization_gpu_pct: float | None = None  # time share with >=1 kernel running
+    utilization_memory_pct: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    energy_j: float | None = None
+    sm_clock_mhz: int | None = None
+    sm_active_pct: float | None = None  # GPM SM_UTIL: share of SMs busy
+    sm_occupancy_pct: float | None = None  # GPM SM_OCCUPANCY
+    tensor_active_pct: float | None = None  # GPM ANY_TENSOR_UTIL
+    healthy: bool = True
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One process on the host: the Triton server, a Python-backend stub (one per
+    model instance), or a GPU process seen by NVML.
+
+    ``role`` is ``"server"``, ``"stub"`` or ``"gpu"``. CPU share is percent of one
+    core over the last tick (``None`` on the first tick of a pid).
+    """
+
+    source: str
+    pid: int
+    role: str
+    model: str | None = None
+    instance_name: str | None = None
+    cpu_pct: float | None = None
+    rss_bytes: int | None = None
+    gpu_uuid: str | None = None
+    sm_util_pct: float | None = None
+    mem_util_pct: float | None = None
+    gpu_memory_bytes: int | None = None
+
+
+# --------------------------------------------------------------------------- envelopes
+
+
+@dataclass(frozen=True)
+class TritonSnapshot:
+    """Everything one scrape of one Triton target returned."""
+
+    target: str
+    collected_at: float
+    server_version: str | None = None
+    model_metrics: tuple[ModelMetrics, ...] = ()
+    model_stats: tuple[ModelStats, ...] = ()
+    model_configs: tuple[ModelConfig, ...] = ()
+    gpus: tuple[DeviceSample, ...] = ()
+    server: ServerMetrics | None = None
+    # Parts that failed while the rest succeeded, e.g. {"config:mlp": "HTTP 400 ..."}.
+    partial_errors: dict[str, str] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- derived
+
+
+@dataclass(frozen=True)
+class ModelRates:
+    """Per-window rates of one (model, version), derived from two or more counter
+    samples; a counter reset inside the window starts a new segment (see
+    ``collector.analysis.rates``)."""
+
+    window_s: float
+    requests_per_s: float
+    inferences_per_s: float
+    executions_per_s: float
+    fail_per_s: float
+    fail_per_s_by_reason: dict[str, float] = field(default_factory=dict)
+    avg_batch_size: float | None = None
+    queue_us_per_request: float | None = None
+    compute_input_us_per_request: float | None = None
+    compute_infer_us_per_request: float | None = None
+    compute_output_us_per_request: float | None = None
+    request_us_per_request: float | None = None
+    queue_share: float | None = None
+    busy_share: float | None = None  # Σ batch compute time / (window × instances)
+    resets: int = 0
