@@ -17,6 +17,7 @@ __all__ = [
     "Duration",
     "ModelConfig",
     "ModelMetrics",
+    "ModelSample",
     "ModelRates",
     "ModelStats",
     "ProcessSample",
@@ -245,3 +246,24 @@ class ModelRates:
     queue_share: float | None = None
     busy_share: float | None = None  # Σ batch compute time / (window × instances)
     resets: int = 0
+
+
+@dataclass(frozen=True)
+class ModelSample:
+    """One scrape of one (model, version) on one target: the raw counters from the
+    metrics endpoint and the statistics API, and the rates since the previous scrape
+    (``None`` for the first scrape of a series)."""
+
+    target: str
+    collected_at: float
+    metrics: ModelMetrics
+    stats: ModelStats | None = None
+    rates: ModelRates | None = None
+
+    @property
+    def model(self) -> str:
+        return self.metrics.model
+
+    @property
+    def version(self) -> str:
+        return self.metrics.version
