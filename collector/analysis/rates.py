@@ -1,0 +1,188 @@
+"""Per-window rates from cumulative counters.
+
+Triton's counters only grow while a model stays loaded. When Triton restarts or a
+model is reloaded they start again from zero; a sample pair in which any of the core
+counters went down is a *reset*: the later sample's values are what accrued since the
+restart, so they are the increase for that pair (Prometheus's ``increase()`` makes
+the same assumption). No rate can then be negative, and none spikes.
+
+Window rates are ratios of summed increases (Σ Δqueue / Σ Δsuccess), never averages
+of per-pair ratios, so a quiet pair does not weigh as much as a busy one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from collector.records import BatchStat, Duration, ModelRates, ModelSample
+
+__all__ = [
+    "CounterIncrease",
+    "batch_stats_increase",
+    "counter_increase",
+    "is_reset",
+    "rates_between",
+    "rates_from_increase",
+    "window_rates",
+]
+
+
+@dataclass
+class CounterIncrease:
+    """Summed increases of every counter over one or more sample pairs."""
+
+    seconds: float = 0.0
+    request_success: float = 0.0
+    failure_by_reason: dict[str, float] = field(default_factory=dict)
+    inference_count: float = 0.0
+    exec_count: float = 0.0
+    request_duration_us: float = 0.0
+    queue_duration_us: float = 0.0
+    compute_input_duration_us: float = 0.0
+    compute_infer_duration_us: float = 0.0
+    compute_output_duration_us: float = 0.0
+    batch_compute_ns: float | None = None  # from statistics-API batch_stats, when present
+    resets: int = 0
+
+    def add(self, other: CounterIncrease) -> None:
+        self.seconds += other.seconds
+        self.request_success += other.request_success
+        for reason, value in other.failure_by_reason.items():
+            self.failure_by_reason[reason] = self.failure_by_reason.get(reason, 0.0) + value
+        self.inference_count += other.inference_count
+        self.exec_count += other.exec_count
+        self.request_duration_us += other.request_duration_us
+        self.queue_duration_us += other.queue_duration_us
+        self.compute_input_duration_us += other.compute_input_duration_us
+        self.compute_infer_duration_us += other.compute_infer_duration_us
+        self.compute_output_duration_us += other.compute_output_duration_us
+        if other.batch_compute_ns is not None:
+            self.batch_compute_ns = (self.batch_compute_ns or 0.0) + other.batch_compute_ns
+        self.resets += other.resets
+
+
+_CORE_COUNTERS = ("request_success", "inference_count", "exec_count", "request_duration_us",
+                  "queue_duration_us", "compute_infer_duration_us")
+
+
+def is_reset(prev: ModelSample, cur: ModelSample) -> bool:
+    """True when the pair straddles a restart or reload (a core counter went down)."""
+    if any(getattr(cur.metrics, name) < getattr(prev.metrics, name) for name in _CORE_COUNTERS):
+        return True
+    if prev.stats is not None and cur.stats is not None:
+        return (cur.stats.execution_count < prev.stats.execution_count
+                or cur.stats.inference_count < prev.stats.inference_count)
+    return False
+
+
+def _increase(prev: float, cur: float, reset: bool) -> float:
+    # A lone counter that went down (without a pair reset) is treated the same way.
+    return cur if reset or cur < prev else cur - prev
+
+
+def batch_stats_increase(prev: Sequence[BatchStat] | None, cur: Sequence[BatchStat],
+                         *, reset: bool = False) -> tuple[BatchStat, ...]:
+    """Executions and time per executed batch size between two cumulative readings;
+    sizes with no new execution are left out."""
+    before = {b.batch_size: b for b in (prev or ())} if not reset else {}
+    out: list[BatchStat] = []
+    for b in cur:
+        p = before.get(b.batch_size)
+        if p is None or b.exec_count < p.exec_count:
+            delta = b
+        else:
+            delta = BatchStat(
+                batch_size=b.batch_size,
+                compute_input=_duration_increase(p.compute_input, b.compute_input),
+                compute_infer=_duration_increase(p.compute_infer, b.compute_infer),
+                compute_output=_duration_increase(p.compute_output, b.compute_output),
+            )
+        if delta.exec_count > 0:
+            out.append(delta)
+    return tuple(sorted(out, key=lambda s: s.batch_size))
+
+
+def _duration_increase(prev: Duration, cur: Duration) -> Duration:
+    return Duration(count=max(cur.count - prev.count, 0), ns=max(cur.ns - prev.ns, 0))
+
+
+def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
+    """Increases between two consecutive samples of the same series."""
+    reset = is_reset(prev, cur)
+    p, c = prev.metrics, cur.metrics
+    failures = {
+        reason: _increase(p.request_failure_by_reason.get(reason, 0.0), value, reset)
+        for reason, value in c.request_failure_by_reason.items()
+    }
+    batch_ns: float | None = None
+    if cur.stats is not None:
+        batch_ns = float(sum(b.compute_ns for b in batch_stats_increase(
+            prev.stats.batch_stats if prev.stats else None, cur.stats.batch_stats,
+            reset=reset or prev.stats is None)))
+    return CounterIncrease(
+        seconds=max(cur.collected_at - prev.collected_at, 0.0),
+        request_success=_increase(p.request_success, c.request_success, reset),
+        failure_by_reason=failures,
+        inference_count=_increase(p.inference_count, c.inference_count, reset),
+        exec_count=_increase(p.exec_count, c.exec_count, reset),
+        request_duration_us=_increase(p.request_duration_us, c.request_duration_us, reset),
+        queue_duration_us=_increase(p.queue_duration_us, c.queue_duration_us, reset),
+        compute_input_duration_us=_increase(p.compute_input_duration_us,
+                                            c.compute_input_duration_us, reset),
+        compute_infer_duration_us=_increase(p.compute_infer_duration_us,
+                                            c.compute_infer_duration_us, reset),
+        compute_output_duration_us=_increase(p.compute_output_duration_us,
+                                             c.compute_output_duration_us, reset),
+        batch_compute_ns=batch_ns,
+        resets=1 if reset else 0,
+    )
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator > 0 else None
+
+
+def rates_from_increase(inc: CounterIncrease, *, instance_count: int | None) -> ModelRates:
+    window = inc.seconds
+    per_s = (lambda v: v / window) if window > 0 else (lambda v: 0.0)
+    busy = None
+    if inc.batch_compute_ns is not None and instance_count and window > 0:
+        busy = inc.batch_compute_ns / (window * 1e9 * instance_count)
+    return ModelRates(
+        window_s=window,
+        requests_per_s=per_s(inc.request_success),
+        inferences_per_s=per_s(inc.inference_count),
+        executions_per_s=per_s(inc.exec_count),
+        fail_per_s=per_s(sum(inc.failure_by_reason.values())),
+        fail_per_s_by_reason={r: per_s(v) for r, v in sorted(inc.failure_by_reason.items())},
+        avg_batch_size=_ratio(inc.inference_count, inc.exec_count),
+        queue_us_per_request=_ratio(inc.queue_duration_us, inc.request_success),
+        compute_input_us_per_request=_ratio(inc.compute_input_duration_us, inc.request_success),
+        compute_infer_us_per_request=_ratio(inc.compute_infer_duration_us, inc.request_success),
+        compute_output_us_per_request=_ratio(inc.compute_output_duration_us,
+                                             inc.request_success),
+        request_us_per_request=_ratio(inc.request_duration_us, inc.request_success),
+        queue_share=_ratio(inc.queue_duration_us, inc.request_duration_us),
+        busy_share=busy,
+        resets=inc.resets,
+    )
+
+
+def rates_between(prev: ModelSample, cur: ModelSample, *,
+                  instance_count: int | None = None) -> ModelRates:
+    """Rates over the window between two consecutive samples of one series."""
+    return rates_from_increase(counter_increase(prev, cur), instance_count=instance_count)
+
+
+def window_rates(samples: Sequence[ModelSample], *,
+                 instance_count: int | None = None) -> ModelRates | None:
+    """Rates over a window of samples of one series, oldest first; ``None`` with fewer
+    than two samples."""
+    if len(samples) < 2:
+        return None
+    total = CounterIncrease()
+    for prev, cur in zip(samples, samples[1:], strict=False):
+        total.add(counter_increase(prev, cur))
+    return rates_from_increase(total, instance_count=instance_count)
+

@@ -1,0 +1,217 @@
+"""APScheduler jobs: one scrape job per (source, target), plus rollup and retention.
+
+Every scrape runs through ``CollectorService.run_source`` (node_exporter's
+``execute()``): it times the call, catches every failure, records up/down and the
+``error_kind`` in the store, turns counters into rates and writes the records. Each
+job runs on its own worker thread with ``max_instances=1`` and coalescing, so a slow
+or dead target never delays another; a failing one is retried with exponential
+backoff up to ``backoff_max_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from collector.analysis.rates import rates_between
+from collector.config import Settings
+from collector.errors import CollectError
+from collector.records import (
+    DeviceSample,
+    ModelRates,
+    ModelSample,
+    ProcessSample,
+    TritonSnapshot,
+)
+from collector.sources import SOURCES
+from collector.sources.base import Record, Source
+from collector.store import Store
+
+__all__ = ["CollectorService", "SourceHealth", "build_sources"]
+
+log = logging.getLogger("batchscope.collector")
+
+
+def build_sources(settings: Settings) -> list[Source]:
+    """One source per enabled per-target source and target, one per host source."""
+    sources: list[Source] = []
+    for name in settings.sources:
+        spec = SOURCES[name]
+        if spec.per_target:
+            sources.extend(spec.factory(settings, target) for target in settings.targets)
+        else:
+            sources.append(spec.factory(settings, None))
+    return sources
+
+
+@dataclass
+class SourceHealth:
+    consecutive_failures: int = 0
+    next_attempt_at: float = 0.0
+    last_error_kind: str | None = None
+
+
+def _series_key(target: str, model: str, version: str) -> tuple[str, str, str]:
+    return (target, model, version)
+
+
+class CollectorService:
+    """Runs the sources on a schedule and writes what they return to the store."""
+
+    def __init__(self, settings: Settings, store: Store, sources: Sequence[Source], *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.store = store
+        self.sources = list(sources)
+        self._clock = clock
+        self._health: dict[tuple[str, str], SourceHealth] = {}
+        # The previous counter sample of each series, for per-scrape rates.
+        self._previous: dict[tuple[str, str, str], ModelSample] = {}
+        self._lock = threading.Lock()
+        self._scheduler: BackgroundScheduler | None = None
+
+    # ------------------------------------------------------------------ one scrape
+
+    def run_source(self, source: Source) -> bool:
+        """Collect once from ``source`` and store the result; never raises.
+        Returns False when the attempt was skipped (backoff) or failed."""
+        key = (source.name, source.target)
+        health = self._health.setdefault(key, SourceHealth())
+        started = self._clock()
+        if started < health.next_attempt_at:
+            return False
+        kind = "triton" if SOURCES[source.name].per_target else "host"
+        t0 = time.perf_counter()
+        error_kind: str | None = None
+        error: str | None = None
+        try:
+            records = source.collect()
+            self._persist(source.target, records)
+        except CollectError as exc:
+            error_kind, error = exc.error_kind, str(exc)
+        except Exception as exc:  # a bug or a surprise must not stop the loop
+            error_kind, error = "internal", f"{type(exc).__name__}: {exc}"
+            log.exception("%s/%s: unexpected failure", source.name, source.target)
+        duration = time.perf_counter() - t0
+        try:
+            self.store.record_scrape(source.target, source.name, kind=kind, started_at=started,
+                                     duration_s=duration, error_kind=error_kind, error=error)
+        except Exception:
+            log.exception("%s/%s: could not record the scrape result", source.name,
+                          source.target)
+        self._update_health(source, health, error_kind, error, started)
+        return error_kind is None
+
+    def _update_health(self, source: Source, health: SourceHealth, error_kind: str | None,
+                       error: str | None, now: float) -> None:
+        if error_kind is None:
+            if health.consecutive_failures:
+                log.info("%s/%s: back up after %d failed attempt(s)", source.name,
+                         source.target, health.consecutive_failures)
+            health.consecutive_failures = 0
+            health.next_attempt_at = 0.0
+            health.last_error_kind = None
+            return
+        health.consecutive_failures += 1
+        backoff = min(self.settings.interval_s * 2 ** (health.consecutive_failures - 1),
+                      self.settings.backoff_max_s)
+        health.next_attempt_at = now + backoff - self.settings.interval_s / 2
+        if error_kind != health.last_error_kind:
+            # Said once per kind of failure, not once per attempt.
+            log.warning("%s/%s: %s (retrying with backoff up to %.0f s)", source.name,
+                        source.target, error, self.settings.backoff_max_s)
+        health.last_error_kind = error_kind
+
+    def _persist(self, target: str, records: Sequence[Record]) -> None:
+        now = self._clock()
+        devices = [r for r in records if isinstance(r, DeviceSample)]
+        processes = [r for r in records if isinstance(r, ProcessSample)]
+        for record in records:
+            if isinstance(record, TritonSnapshot):
+                self.store.write_triton(record, self._rates_for(record))
+        if devices:
+            self.store.write_devices(target, now, devices)
+        if processes:
+            self.store.write_processes(target, now, processes)
+
+    def _rates_for(self, snapshot: TritonSnapshot) -> dict[tuple[str, str], ModelRates]:
+        stats = {(s.model, s.version): s for s in snapshot.model_stats}
+        instances = {c.model: c.instance_count for c in snapshot.model_configs}
+        rates: dict[tuple[str, str], ModelRates] = {}
+        with self._lock:
+            for metrics in snapshot.model_metrics:
+                series = (metrics.model, metrics.version)
+                current = ModelSample(target=snapshot.target, collected_at=snapshot.collected_at,
+                                      metrics=metrics, stats=stats.get(series))
+                key = _series_key(snapshot.target, *series)
+                previous = self._previous.get(key)
+                if previous is not None and current.collected_at > previous.collected_at:
+                    rates[series] = rates_between(previous, current,
+                                                  instance_count=instances.get(metrics.model))
+                self._previous[key] = current
+        return rates
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def run_housekeeping(self) -> None:
+        """Roll raw samples up into coarse buckets, then drop what retention allows."""
+        retention = self.settings.retention
+        now = self._clock()
+        try:
+            self.store.rollup(now, bucket_s=retention.rollup_bucket_s)
+            self.store.apply_retention(now, raw_keep_s=retention.raw_keep_s,
+                                       rollup_keep_s=retention.rollup_keep_s)
+        except Exception:
+            log.exception("housekeeping failed; raw samples are kept until the next run")
+
+    # ------------------------------------------------------------------ scheduling
+
+    def start(self) -> None:
+        interval = self.settings.interval_s
+        self._scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(max_workers=len(self.sources) + 2)},
+            job_defaults={"max_instances": 1, "coalesce": True,
+                          "misfire_grace_time": max(int(interval), 1)},
+            timezone="UTC",
+        )
+        first = datetime.now().astimezone()
+        for i, source in enumerate(self.sources):
+            # Stagger the first runs a little so sources do not all fire at once.
+            self._scheduler.add_job(
+                self._run_job, IntervalTrigger(seconds=interval, jitter=self.settings.jitter_s),
+                args=[source], id=f"{source.name}:{source.target}",
+                next_run_time=first + timedelta(seconds=0.05 * i))
+        self._scheduler.add_job(self.run_housekeeping,
+                                IntervalTrigger(seconds=self.settings.retention.every_s),
+                                id="housekeeping")
+        self._scheduler.start()
+
+    def _run_job(self, source: Source) -> None:
+        self.run_source(source)
+
+    def shutdown(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+            self._scheduler = None
+        for source in self.sources:
+            try:
+                source.close()
+            except Exception:
+                log.exception("%s/%s: close failed", source.name, source.target)
+
+    def run(self, duration_s: float | None, stop: threading.Event | None = None) -> None:
+        """Collect until ``duration_s`` has passed or ``stop`` is set."""
+        stop = stop or threading.Event()
+        self.start()
+        try:
+            stop.wait(duration_s)
+        finally:
+            self.shutdown()

@@ -1,0 +1,171 @@
+"""The Triton server process and its Python-backend stubs on this host, with CPU use.
+
+The Python backend runs one ``triton_python_backend_stub`` process per model
+instance, and its command line ends with the instance name and the host-policy name
+(``... batched_0_0 DEFAULT``); the model's path (``<repo>/<model>/<version>/model.py``)
+is among its arguments. That gives per-instance CPU use on any machine, and on a GPU
+host the same pid map keys NVML's per-process SM utilisation (the join is done by pid
+at query time).
+
+Only a target whose URL names this host is looked up: for a remote Triton there is
+nothing to read here (run batchscope next to it instead).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+from urllib.parse import urlsplit
+
+import psutil
+
+from collector.config import DEFAULT_HTTP_PORT, TargetSettings
+from collector.errors import TargetDown
+from collector.records import ProcessSample
+from collector.sources.base import SourceSpec, register_source
+
+__all__ = ["HostSource", "StubIdentity", "http_port_of", "stub_identity"]
+
+SERVER_NAME = "tritonserver"
+STUB_NAME = "triton_python_backend_stub"
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
+
+
+@dataclass(frozen=True)
+class StubIdentity:
+    model: str | None
+    instance_name: str | None
+
+
+def stub_identity(cmdline: Sequence[str]) -> StubIdentity:
+    """Model and instance name from a stub's command line (see the module docstring)."""
+    model = None
+    for arg in cmdline[1:]:
+        path = PurePath(arg)
+        if path.suffix == ".py" and len(path.parts) >= 3 and path.parent.name.isdigit():
+            model = path.parent.parent.name
+            break
+    instance = cmdline[-2] if len(cmdline) >= 3 else None
+    if instance is not None and model is None and "_" in instance:
+        # Default instance names are <model>_<group>_<index>.
+        model = instance.rsplit("_", 2)[0]
+    return StubIdentity(model=model, instance_name=instance)
+
+
+def http_port_of(cmdline: Sequence[str]) -> int:
+    """The HTTP port a ``tritonserver`` command line asks for (8000 when not given)."""
+    for i, arg in enumerate(cmdline):
+        if arg.startswith("--http-port="):
+            return int(arg.split("=", 1)[1])
+        if arg == "--http-port" and i + 1 < len(cmdline):
+            return int(cmdline[i + 1])
+    return DEFAULT_HTTP_PORT
+
+
+def _is_local(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host in _LOCAL_HOSTS or host.startswith("127.") or host == socket.gethostname():
+        return True
+    try:
+        return socket.gethostbyname(host).startswith("127.")
+    except OSError:
+        return False
+
+
+class HostSource:
+    """CPU and memory of one target's Triton process tree on this host."""
+
+    name = "host"
+
+    def __init__(
+        self,
+        target: TargetSettings,
+        *,
+        processes: Callable[[], Iterable[psutil.Process]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.target = target.name
+        parts = urlsplit(target.url)
+        self._local = _is_local(parts.hostname)
+        self._port = parts.port or DEFAULT_HTTP_PORT
+        self._processes = processes or (lambda: psutil.process_iter(["name", "cmdline"]))
+        self._clock = clock
+        # (pid, create_time) -> (clock reading, cumulative CPU seconds): the previous tick.
+        self._cpu_before: dict[tuple[int, float], tuple[float, float]] = {}
+
+    def _server(self) -> psutil.Process | None:
+        for proc in self._processes():
+            try:
+                cmdline = proc.cmdline()
+                if proc.name() != SERVER_NAME and not (
+                    cmdline and PurePath(cmdline[0]).name == SERVER_NAME
+                ):
+                    continue
+                if http_port_of(cmdline) == self._port:
+                    return proc
+            except (psutil.Error, ValueError):
+                continue
+        return None
+
+    def _cpu_pct(self, proc: psutil.Process, now: float) -> float | None:
+        key = (proc.pid, proc.create_time())
+        times = proc.cpu_times()
+        used = times.user + times.system
+        before = self._cpu_before.get(key)
+        self._cpu_before[key] = (now, used)
+        if before is None or now <= before[0]:
+            return None
+        return max(used - before[1], 0.0) / (now - before[0]) * 100.0
+
+    def collect(self) -> list[ProcessSample]:
+        if not self._local:
+            return []
+        server = self._server()
+        if server is None:
+            raise TargetDown(
+                f"{self.target}: no {SERVER_NAME} process serving HTTP port "
+                f"{self._port} on this host"
+            )
+        now = self._clock()
+        samples: list[ProcessSample] = []
+        seen: set[tuple[int, float]] = set()
+        try:
+            children = server.children(recursive=True)
+        except psutil.Error:
+            children = []
+        for proc in [server, *children]:
+            try:
+                with proc.oneshot():
+                    is_server = proc is server
+                    if not is_server and STUB_NAME not in proc.name():
+                        continue
+                    identity = (
+                        StubIdentity(None, None) if is_server else stub_identity(proc.cmdline())
+                    )
+                    seen.add((proc.pid, proc.create_time()))
+                    samples.append(
+                        ProcessSample(
+                            source="host",
+                            pid=proc.pid,
+                            role="server" if is_server else "stub",
+                            model=identity.model,
+                            instance_name=identity.instance_name,
+                            cpu_pct=self._cpu_pct(proc, now),
+                            rss_bytes=proc.memory_info().rss,
+                        )
+                    )
+            except psutil.Error:
+                continue  # the process exited while we looked; the next tick will not see it
+        # Forget exited processes so the map stays bounded.
+        self._cpu_before = {k: v for k, v in self._cpu_before.items() if k in seen}
+        return samples
+
+    def close(self) -> None:
+        self._cpu_before.clear()
+
+
+register_source(SourceSpec("host", lambda settings, target: HostSource(target), per_target=True))

@@ -1,0 +1,92 @@
+"""Settings: layering of file, environment and command line, and one clear error per
+invalid field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.config import load_settings, target_from_url
+from collector.errors import ConfigError
+
+KNOWN = {"triton", "nvml", "host"}
+
+
+def test_defaults_and_metrics_url_derived_from_triton_url() -> None:
+    s = load_settings(env={}, overrides={"triton": ["http://triton-a:8000"]}, known_sources=KNOWN)
+    assert s.db_url == "sqlite:///batchscope.db"
+    assert s.interval_s == 5.0 and s.duration_s is None
+    (t,) = s.targets
+    assert t.url == "http://triton-a:8000"
+    assert t.metrics_url == "http://triton-a:8002/metrics"
+    assert t.name == "triton-a:8000"
+
+
+def test_bare_host_port_and_explicit_metrics_url() -> None:
+    t = target_from_url("127.0.0.1:18000", "127.0.0.1:18002")
+    assert t.url == "http://127.0.0.1:18000"
+    assert t.metrics_url == "http://127.0.0.1:18002/metrics"
+
+
+def test_file_then_env_then_cli(tmp_path: Path) -> None:
+    cfg = tmp_path / "bs.yaml"
+    cfg.write_text(
+        "targets:\n  - url: http://a:8000\n    name: a\n"
+        "interval_s: 2\ntimeout_s: 1\nsources: [triton, host]\n"
+        "retention: {raw_keep_s: 3600}\n")
+    s = load_settings(config_file=cfg, env={"BATCHSCOPE_INTERVAL_S": "3"},
+                      overrides={"db_url": "sqlite:///x.db"}, known_sources=KNOWN)
+    assert [t.name for t in s.targets] == ["a"]
+    assert s.interval_s == 3.0  # env beats the file
+    assert s.timeout_s == 1.0
+    assert s.db_url == "sqlite:///x.db"
+    assert s.sources == ("triton", "host")
+    assert s.retention.raw_keep_s == 3600.0
+    s2 = load_settings(config_file=cfg, env={"BATCHSCOPE_TRITON": "http://b:8000,http://c:9000"},
+                       known_sources=KNOWN)
+    assert [t.url for t in s2.targets] == ["http://b:8000", "http://c:9000"]
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"env": {"BATCHSCOPE_INTERVAL_S": "abc"}}, "interval_s"),
+    ({"overrides": {"interval_s": 0}}, "interval_s"),
+    ({"overrides": {"timeout_s": -1}}, "timeout_s"),
+    ({"overrides": {"max_response_bytes": "12.5"}}, "max_response_bytes"),
+    ({"overrides": {"db_url": "not a url"}}, "db_url"),
+    ({"overrides": {"triton": ["ftp://x:1"]}}, "triton"),
+    ({"overrides": {"triton": ["http://x:notaport"]}}, "triton"),
+    ({"overrides": {"sources": ["triton", "gpu"]}}, "sources"),
+    ({"overrides": {"metrics_url": ["http://x:8002"]}}, "metrics_url"),
+    ({"overrides": {"triton": ["http://a:1", "http://b:1"], "metrics_url": ["http://a:2"]}},
+     "metrics_url"),
+    ({"env": {"BATCHSCOPE_RETENTION_RAW_KEEP_S": "-5"}}, "retention.raw_keep_s"),
+])
+def test_invalid_settings_name_the_field(kwargs: dict, field: str) -> None:
+    kwargs.setdefault("env", {})
+    with pytest.raises(ConfigError) as err:
+        load_settings(known_sources=KNOWN, **kwargs)
+    assert err.value.field == field
+    assert field in str(err.value)
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("targets:\n  - name: a\n", "targets[0].url"),
+    ("targets:\n  - url: http://a:1\n    colour: red\n", "targets[0].colour"),
+    ("intervall_s: 3\n", "intervall_s"),
+    ("retention: {keep: 3}\n", "retention.keep"),
+    ("targets: [http://a:1, http://a:1]\n", "targets"),
+    ("- just\n- a list\n", "config"),
+    ("interval_s: [unclosed\n", "config"),
+])
+def test_invalid_file_names_the_field(tmp_path: Path, text: str, field: str) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(config_file=cfg, env={}, known_sources=KNOWN)
+    assert err.value.field == field
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(config_file=tmp_path / "nope.yaml", env={})
