@@ -1,0 +1,282 @@
+"""A small load generator for Triton over gRPC (``tritonclient.grpc.aio``).
+
+``perf_analyzer`` does not start on these machines (it needs a newer glibc), so the
+testbed brings its own.  Two modes:
+
+* closed loop, ``concurrency=N``: N clients each send a request, wait for its answer and
+  send the next, so the offered load adapts to the server;
+* open loop, ``rate=R``: requests arrive at R per second (Poisson or evenly spaced)
+  whatever the server does, which is what exposes queueing; the number in flight is
+  capped, and an arrival that finds the cap reached is counted as an error rather than
+  silently delayed, so the reported QPS never hides an overload.
+
+Every run ends by itself: no request is sent after ``duration_s``, each request has a
+deadline, and the whole run has a hard bound.  Request failures (a dead server
+included) are counted and sampled, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from collector.testbed.models import INPUT_DIM, INPUT_NAME, OUTPUT_NAME
+
+__all__ = ["LoadResult", "run_load", "run_load_async"]
+
+Arrivals = Literal["poisson", "constant"]
+
+# Distinct error messages kept in a result: enough to diagnose, small enough to print.
+_MAX_ERROR_SAMPLES = 5
+# After a failure a closed-loop client pauses this long, so a dead server produces a
+# steady trickle of errors instead of a busy loop that starves the event loop.
+_ERROR_BACKOFF_S = 0.01
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What one run measured.  Latencies are client-side, over successful requests."""
+
+    requests: int  # successful requests
+    errors: int  # failed requests, including open-loop arrivals dropped at the in-flight cap
+    duration_s: float  # from the first send to the last answer
+    qps: float  # requests / duration_s
+    p50_ms: float | None  # None when no request succeeded
+    p95_ms: float | None
+    p99_ms: float | None
+    error_samples: tuple[str, ...] = ()
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = asdict(self)
+        data["error_samples"] = list(self.error_samples)
+        return json.dumps(data, sort_keys=True)
+
+
+class _Recorder:
+    """Collects latencies and errors from the concurrent tasks of one run."""
+
+    def __init__(self) -> None:
+        self.latencies_s: list[float] = []
+        self.errors = 0
+        self.error_samples: list[str] = []
+        self.first_send: float | None = None
+        self.last_done: float | None = None
+
+    def sent(self, at: float) -> None:
+        if self.first_send is None:
+            self.first_send = at
+
+    def ok(self, started: float, done: float) -> None:
+        self.latencies_s.append(done - started)
+        self.last_done = done
+
+    def error(self, message: str, done: float) -> None:
+        self.errors += 1
+        self.last_done = done
+        message = " ".join(message.split())[:300]
+        if len(self.error_samples) < _MAX_ERROR_SAMPLES and message not in self.error_samples:
+            self.error_samples.append(message)
+
+    def result(self, fallback_duration_s: float) -> LoadResult:
+        if self.first_send is not None and self.last_done is not None:
+            duration = max(self.last_done - self.first_send, 1e-9)
+        else:
+            duration = fallback_duration_s
+        n = len(self.latencies_s)
+        p50: float | None = None
+        p95: float | None = None
+        p99: float | None = None
+        if n:
+            p50, p95, p99 = (
+                float(v) * 1e3 for v in np.percentile(np.asarray(self.latencies_s), [50, 95, 99])
+            )
+        return LoadResult(
+            requests=n,
+            errors=self.errors,
+            duration_s=duration,
+            qps=n / duration if duration > 0 else 0.0,
+            p50_ms=p50,
+            p95_ms=p95,
+            p99_ms=p99,
+            error_samples=tuple(self.error_samples),
+        )
+
+
+def _channel_args() -> list[tuple[str, int]]:
+    """tritonclient's default channel options, plus two that matter for a testbed.
+
+    gRPC shares connections ("subchannels") across all channels of a process, with
+    their reconnect backoff: after a run against a dead server, the next run would
+    inherit seconds of backoff and fail against a server that is already back.  A
+    private subchannel pool and a short backoff make each run see the server as it is.
+    """
+    from tritonclient.grpc import KeepAliveOptions
+
+    keepalive = KeepAliveOptions()
+    max_message = 2**31 - 1  # tritonclient's own limit (INT32_MAX)
+    return [
+        ("grpc.max_send_message_length", max_message),
+        ("grpc.max_receive_message_length", max_message),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", int(keepalive.keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+
+
+async def run_load_async(
+    grpc_url: str,
+    model: str,
+    *,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    duration_s: float,
+    batch: int = 1,
+    arrivals: Arrivals = "poisson",
+    max_in_flight: int = 256,
+    request_timeout_s: float = 10.0,
+    seed: int | None = None,
+) -> LoadResult:
+    """:func:`run_load` for callers already inside an event loop."""
+    if (concurrency is None) == (rate is None):
+        raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    if rate is not None and rate <= 0:
+        raise ValueError("rate must be > 0")
+    if duration_s <= 0:
+        raise ValueError("duration_s must be > 0")
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    if max_in_flight < 1:
+        raise ValueError("max_in_flight must be >= 1")
+    if arrivals not in ("poisson", "constant"):
+        raise ValueError("arrivals must be 'poisson' or 'constant'")
+
+    # Imported here so that importing batchscope does not need the testbed extra.
+    import tritonclient.grpc.aio as grpcclient
+
+    recorder = _Recorder()
+    client = grpcclient.InferenceServerClient(url=grpc_url, channel_args=_channel_args())
+    data = np.random.default_rng(seed).standard_normal((batch, INPUT_DIM)).astype(np.float32)
+    inputs = [grpcclient.InferInput(INPUT_NAME, [batch, INPUT_DIM], "FP32")]
+    inputs[0].set_data_from_numpy(data)
+    outputs = [grpcclient.InferRequestedOutput(OUTPUT_NAME)]
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    stop_at = start + duration_s
+
+    async def one_request() -> bool:
+        sent = loop.time()
+        recorder.sent(sent)
+        try:
+            # gRPC's deadline ends the request; wait_for is the backstop should the
+            # client library not honour it, so no request outlives the run for long.
+            await asyncio.wait_for(
+                client.infer(model, inputs, outputs=outputs, client_timeout=request_timeout_s),
+                timeout=request_timeout_s + 1.0,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # every request failure is data here, not a crash
+            recorder.error(f"{type(exc).__name__}: {exc}", loop.time())
+            return False
+        recorder.ok(sent, loop.time())
+        return True
+
+    async def closed_client() -> None:
+        while loop.time() < stop_at:
+            if not await one_request():
+                await asyncio.sleep(_ERROR_BACKOFF_S)
+
+    async def open_arrivals() -> None:
+        assert rate is not None
+        rng = random.Random(seed)
+        in_flight: set[asyncio.Task[bool]] = set()
+        next_at = start
+        try:
+            while next_at < stop_at:
+                now = loop.time()
+                if next_at > now:
+                    await asyncio.sleep(next_at - now)
+                if len(in_flight) >= max_in_flight:
+                    recorder.error(
+                        f"dropped: {max_in_flight} requests already in flight", loop.time()
+                    )
+                else:
+                    task = asyncio.create_task(one_request())
+                    in_flight.add(task)
+                    task.add_done_callback(in_flight.discard)
+                # Schedule from the previous arrival, not from now, so that a late
+                # wake-up does not lower the offered rate.
+                gap = rng.expovariate(rate) if arrivals == "poisson" else 1.0 / rate
+                next_at += gap
+            if in_flight:
+                await asyncio.gather(*in_flight, return_exceptions=True)
+        finally:
+            for task in in_flight:
+                task.cancel()
+
+    work: asyncio.Future[Any]
+    if concurrency is not None:
+        work = asyncio.gather(*(closed_client() for _ in range(concurrency)))
+    else:
+        work = asyncio.ensure_future(open_arrivals())
+    try:
+        # The hard bound: sending stops at duration_s and each request has a deadline,
+        # so this only fires if the client library itself hangs.
+        await asyncio.wait_for(work, timeout=duration_s + request_timeout_s + 5.0)
+    except TimeoutError:
+        recorder.error(
+            "load run exceeded its time bound; outstanding requests cancelled", loop.time()
+        )
+    finally:
+        # Closing a broken channel must not mask the result.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.close(), timeout=5.0)
+    return recorder.result(duration_s)
+
+
+def run_load(
+    grpc_url: str,
+    model: str,
+    *,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    duration_s: float,
+    batch: int = 1,
+    arrivals: Arrivals = "poisson",
+    max_in_flight: int = 256,
+    request_timeout_s: float = 10.0,
+    seed: int | None = None,
+) -> LoadResult:
+    """Drive ``model`` at ``grpc_url`` (``host:port``) for ``duration_s`` seconds.
+
+    Closed loop with ``concurrency`` clients, or open loop at ``rate`` requests/s with
+    ``arrivals`` spaced as a Poisson process or evenly; each request carries ``batch``
+    samples.  Exactly one of ``concurrency`` and ``rate`` must be given.
+    """
+    return asyncio.run(
+        run_load_async(
+            grpc_url,
+            model,
+            concurrency=concurrency,
+            rate=rate,
+            duration_s=duration_s,
+            batch=batch,
+            arrivals=arrivals,
+            max_in_flight=max_in_flight,
+            request_timeout_s=request_timeout_s,
+            seed=seed,
+        )
+    )
