@@ -86,8 +86,10 @@ def test_busy_share_from_batch_stats_over_instances() -> None:
 
 
 def test_batch_stats_increase_per_size_and_on_reset() -> None:
-    prev = (BatchStat(1, compute_infer=Duration(5, 500)), BatchStat(4, compute_infer=Duration(2, 800)))
-    cur = (BatchStat(1, compute_infer=Duration(7, 700)), BatchStat(4, compute_infer=Duration(2, 800)),
+    prev = (BatchStat(1, compute_infer=Duration(5, 500)),
+            BatchStat(4, compute_infer=Duration(2, 800)))
+    cur = (BatchStat(1, compute_infer=Duration(7, 700)),
+           BatchStat(4, compute_infer=Duration(2, 800)),
            BatchStat(8, compute_infer=Duration(3, 3000)))
     inc = batch_stats_increase(prev, cur)
     assert [(b.batch_size, b.exec_count, b.compute_infer.ns) for b in inc] == [(1, 2, 200),
