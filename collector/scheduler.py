@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -54,6 +54,7 @@ def build_sources(settings: Settings) -> list[Source]:
 
 @dataclass
 class SourceHealth:
+    attempts: int = 0
     consecutive_failures: int = 0
     next_attempt_at: float = 0.0
     last_error_kind: str | None = None
@@ -89,6 +90,7 @@ class CollectorService:
         if started < health.next_attempt_at:
             return False
         kind = "triton" if SOURCES[source.name].per_target else "host"
+        health.attempts += 1
         t0 = time.perf_counter()
         error_kind: str | None = None
         error: str | None = None
@@ -109,6 +111,10 @@ class CollectorService:
                           source.target)
         self._update_health(source, health, error_kind, error, started)
         return error_kind is None
+
+    def health(self, source: Source) -> SourceHealth:
+        """The retry state of one source (a copy)."""
+        return replace(self._health.get((source.name, source.target), SourceHealth()))
 
     def _update_health(self, source: Source, health: SourceHealth, error_kind: str | None,
                        error: str | None, now: float) -> None:

@@ -7,7 +7,7 @@ the same, shared by the tests of one module.  At the end of the session a last s
 looks for stubs of any server these fixtures started, kills them and fails the run.
 
 Without nvidia-pytriton installed (the ``testbed`` extra) the tests that use these
-fixtures are skipped, with the reason shown by ``-ra``.
+fixtures fail with the reason: `make test` installs it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def triton_available() -> None:
     try:
         find_triton()
     except TestbedError as exc:
-        pytest.skip(f"no tritonserver: {exc}")
+        pytest.fail(f"no tritonserver (install the testbed extra: make install): {exc}")
 
 
 class _Factory:

@@ -468,7 +468,7 @@ def test_server_version() -> None:
 def _recorded(name: str) -> str:
     path = FIXTURES / name
     if not path.exists():
-        pytest.skip(f"recorded fixture {name} not present")
+        pytest.fail(f"recorded fixture {name} not present")
     return path.read_text(encoding="utf-8")
 
 
