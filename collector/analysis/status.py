@@ -113,7 +113,7 @@ def build_status(store: Store, *, window_s: float = 60.0, now: float | None = No
     configs = store.latest_model_configs()
 
     series: dict[tuple[str, str, str], list[ModelSample]] = defaultdict(list)
-    for s in store.model_samples(since=now - window_s - 3600.0, until=now):
+    for s in store.model_samples(since=now - window_s - 300.0, until=now):
         series[(s.target, s.model, s.version)].append(s)
 
     models: list[ModelStatus] = []

@@ -1,0 +1,39 @@
+"""The store: the only part of batchscope that speaks SQL.
+
+``Store`` writes the typed records of ``collector.records`` and reads them back,
+wrapped in the rows of ``collector.store.rows``; ``collector.store.schema`` is the
+SQLAlchemy schema behind it, for this package's use only.
+"""
+
+from collector.store.rows import (
+    DeviceRollup,
+    ModelRollup,
+    RetentionReport,
+    StoredDevice,
+    StoredFinding,
+    StoredModelConfig,
+    StoredProcess,
+    StoredRecommendation,
+    StoredServer,
+    TargetState,
+    TargetTransition,
+)
+from collector.store.store import HOST_KIND, PRIMARY_SOURCE, TRITON_KIND, Store
+
+__all__ = [
+    "HOST_KIND",
+    "PRIMARY_SOURCE",
+    "TRITON_KIND",
+    "DeviceRollup",
+    "ModelRollup",
+    "RetentionReport",
+    "Store",
+    "StoredDevice",
+    "StoredFinding",
+    "StoredModelConfig",
+    "StoredProcess",
+    "StoredRecommendation",
+    "StoredServer",
+    "TargetState",
+    "TargetTransition",
+]

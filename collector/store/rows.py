@@ -1,0 +1,219 @@
+"""Typed rows the store hands back: what it knows beyond the records themselves
+(which target, when it was collected) around the record from ``collector.records``.
+
+Every row is a frozen dataclass; times are Unix seconds (float, UTC); a value the
+store does not have is ``None``. Nothing here touches SQL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from collector.records import DeviceSample, ModelConfig, ProcessSample, ServerMetrics
+
+__all__ = [
+    "DeviceRollup",
+    "ModelRollup",
+    "RetentionReport",
+    "StoredDevice",
+    "StoredFinding",
+    "StoredModelConfig",
+    "StoredProcess",
+    "StoredRecommendation",
+    "StoredServer",
+    "TargetState",
+    "TargetTransition",
+]
+
+
+@dataclass(frozen=True)
+class TargetState:
+    """What the store knows about one target's health.
+
+    ``up`` is ``None`` until the target's first scrape that decides it (see
+    ``Store.record_scrape``). ``sources`` maps each source that ever scraped the target
+    to whether its latest scrape succeeded. ``last_seen_at`` is the start of the latest
+    successful deciding scrape; ``last_scrape_at`` / ``last_duration_s`` describe the
+    latest deciding scrape, successful or not.
+    """
+
+    name: str
+    kind: str
+    up: bool | None
+    consecutive_failures: int = 0
+    last_error_kind: str | None = None
+    last_error: str | None = None
+    last_seen_at: float | None = None
+    last_scrape_at: float | None = None
+    last_duration_s: float | None = None
+    server_version: str | None = None
+    sources: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TargetTransition:
+    """A (target, source) went up or down at ``at`` (or was scraped for the first time)."""
+
+    target: str
+    source: str
+    at: float
+    up: bool
+    error_kind: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredModelConfig:
+    """A model's config as first seen at ``collected_at`` (a row exists per change)."""
+
+    target: str
+    collected_at: float
+    config: ModelConfig
+
+    @property
+    def model(self) -> str:
+        return self.config.model
+
+
+@dataclass(frozen=True)
+class StoredDevice:
+    target: str
+    collected_at: float
+    sample: DeviceSample
+
+
+@dataclass(frozen=True)
+class StoredProcess:
+    target: str
+    collected_at: float
+    sample: ProcessSample
+
+
+@dataclass(frozen=True)
+class StoredServer:
+    target: str
+    collected_at: float
+    metrics: ServerMetrics
+
+
+@dataclass(frozen=True)
+class ModelRollup:
+    """One closed bucket ``[bucket_start, bucket_start + bucket_s)`` of one (model,
+    version)'s raw samples.
+
+    Averages are weighted so that they equal the rate over the whole bucket:
+    per-second rates and ``busy_share`` by window length, per-request durations and
+    ``queue_share`` by requests, ``avg_batch_size`` by executions. A field is ``None``
+    when no sample in the bucket had it. ``rated_count`` counts samples that had rates
+    (the first sample of a series has none); ``rated_s`` is the time their windows cover.
+    """
+
+    target: str
+    model: str
+    version: str
+    bucket_start: float
+    bucket_s: float
+    sample_count: int
+    rated_count: int
+    rated_s: float
+    requests_per_s: float | None = None
+    inferences_per_s: float | None = None
+    executions_per_s: float | None = None
+    fail_per_s: float | None = None
+    avg_batch_size: float | None = None
+    queue_us_per_request: float | None = None
+    compute_input_us_per_request: float | None = None
+    compute_infer_us_per_request: float | None = None
+    compute_output_us_per_request: float | None = None
+    request_us_per_request: float | None = None
+    queue_share: float | None = None
+    busy_share: float | None = None
+    pending_request_count: float | None = None
+    requests_per_s_max: float | None = None
+    avg_batch_size_max: float | None = None
+    queue_us_per_request_max: float | None = None
+    request_us_per_request_max: float | None = None
+    queue_share_max: float | None = None
+    busy_share_max: float | None = None
+    pending_request_count_max: float | None = None
+
+
+@dataclass(frozen=True)
+class DeviceRollup:
+    """One closed bucket of one device's raw samples (plain means over the samples
+    that had the reading, and maxima)."""
+
+    target: str
+    source: str
+    uuid: str
+    kind: str
+    bucket_start: float
+    bucket_s: float
+    sample_count: int
+    utilization_gpu_pct: float | None = None
+    utilization_memory_pct: float | None = None
+    sm_active_pct: float | None = None
+    sm_occupancy_pct: float | None = None
+    tensor_active_pct: float | None = None
+    memory_used_bytes: float | None = None
+    power_w: float | None = None
+    utilization_gpu_pct_max: float | None = None
+    sm_active_pct_max: float | None = None
+    memory_used_bytes_max: int | None = None
+    power_w_max: float | None = None
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """Rows deleted by one ``Store.apply_retention`` call, per table."""
+
+    model_samples: int = 0
+    batch_stats: int = 0
+    server_samples: int = 0
+    device_samples: int = 0
+    process_samples: int = 0
+    model_rollups: int = 0
+    device_rollups: int = 0
+
+    @property
+    def total(self) -> int:
+        return (
+            self.model_samples
+            + self.batch_stats
+            + self.server_samples
+            + self.device_samples
+            + self.process_samples
+            + self.model_rollups
+            + self.device_rollups
+        )
+
+
+@dataclass(frozen=True)
+class StoredFinding:
+    id: int
+    kind: str
+    severity: str
+    target: str
+    subject: str
+    summary: str
+    window_start: float
+    window_end: float
+    evidence: dict[str, Any]
+    created_at: float
+    resolved_at: float | None = None
+
+
+@dataclass(frozen=True)
+class StoredRecommendation:
+    id: int
+    target: str
+    model: str
+    created_at: float
+    change: dict[str, Any]
+    predicted: dict[str, Any]
+    confidence: float
+    config_fragment: str
+    status: str
+    applied_at: float | None = None
+    verification: dict[str, Any] | None = None

@@ -1,0 +1,438 @@
+"""The SQLAlchemy 2 schema of batchscope's store.
+
+Conventions:
+
+* Times are Unix seconds in ``Float`` columns (double precision on PostgreSQL): the
+  API speaks float seconds, and a float compares and indexes the same on every backend.
+* Counters read from Triton are ``Float`` when the metrics endpoint gives floats and
+  ``BigInteger`` when the statistics API gives integers (nanoseconds overflow 32 bits
+  within seconds).
+* Raw samples are cumulative, exactly as read; rates are derived elsewhere
+  (``collector.analysis``) and stored beside the counters they came from.
+* Attribute names equal column names, so bulk inserts can pass plain dicts.
+
+Only ``collector.store`` imports this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "Base",
+    "BatchStatRow",
+    "DeviceRollupRow",
+    "DeviceSampleRow",
+    "FindingRow",
+    "ModelConfigRow",
+    "ModelRollupRow",
+    "ModelRow",
+    "ModelSampleRow",
+    "ProcessSampleRow",
+    "RecommendationRow",
+    "RollupMarkRow",
+    "ServerSampleRow",
+    "TargetRow",
+    "TransitionRow",
+]
+
+# SQLite only auto-increments a column declared exactly ``INTEGER PRIMARY KEY``;
+# PostgreSQL gets 64-bit ids because sample tables grow by thousands of rows a minute.
+ID = BigInteger().with_variant(Integer(), "sqlite")
+# ``none_as_null``: a missing document is SQL NULL, not the JSON text ``null``.
+JSONDoc = JSON(none_as_null=True)
+
+
+class Base(DeclarativeBase):
+    # Named constraints keep future migrations (Alembic) deterministic across backends.
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+    type_annotation_map = {
+        float: Float(),
+        int: BigInteger(),
+        str: Text(),
+        bool: Boolean(),
+        dict[str, Any]: JSONDoc,
+    }
+
+
+# --------------------------------------------------------------------------- targets
+
+
+class TargetRow(Base):
+    """One monitored target (a Triton server or a host) and its current health."""
+
+    __tablename__ = "targets"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    name: Mapped[str] = mapped_column(unique=True)
+    kind: Mapped[str]
+    up: Mapped[bool | None]
+    last_error_kind: Mapped[str | None]
+    last_error: Mapped[str | None]
+    last_seen_at: Mapped[float | None]
+    last_scrape_at: Mapped[float | None]
+    last_duration_s: Mapped[float | None]
+    consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    server_version: Mapped[str | None]
+
+
+class TransitionRow(Base):
+    """A (target, source) changed between up and down, or was scraped the first time."""
+
+    __tablename__ = "target_transitions"
+    __table_args__ = (Index(None, "target_id", "source", "id"),)
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ID, ForeignKey("targets.id"))
+    source: Mapped[str]
+    at: Mapped[float]
+    up: Mapped[bool]
+    error_kind: Mapped[str | None]
+    error: Mapped[str | None]
+
+
+# --------------------------------------------------------------------------- models
+
+
+class ModelRow(Base):
+    """The identity of one (target, model, version)."""
+
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("target_id", "name", "version"),)
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ID, ForeignKey("targets.id"))
+    name: Mapped[str]
+    version: Mapped[str]
+
+
+class ModelSampleRow(Base):
+    """One scrape of one (model, version): metrics counters, the statistics API's
+    scalar counters (all NULL when the API gave no entry) and the rates since the
+    previous scrape (all NULL for the first scrape of a series)."""
+
+    __tablename__ = "model_samples"
+    __table_args__ = (
+        Index(None, "model_id", "collected_at"),
+        # Rollups and retention scan by time across all models.
+        Index(None, "collected_at"),
+    )
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ID, ForeignKey("models.id"))
+    collected_at: Mapped[float]
+
+    # ModelMetrics (metrics endpoint, summed over gpu_uuid)
+    request_success: Mapped[float]
+    request_failure_by_reason: Mapped[dict[str, Any]]
+    inference_count: Mapped[float]
+    exec_count: Mapped[float]
+    request_duration_us: Mapped[float]
+    queue_duration_us: Mapped[float]
+    compute_input_duration_us: Mapped[float]
+    compute_infer_duration_us: Mapped[float]
+    compute_output_duration_us: Mapped[float]
+    pending_request_count: Mapped[float | None]
+    cache_hit_count: Mapped[float | None]
+    cache_miss_count: Mapped[float | None]
+    cache_hit_duration_us: Mapped[float | None]
+    cache_miss_duration_us: Mapped[float | None]
+    load_duration_s: Mapped[float | None]
+    # {family: {quantile as text: µs}}: JSON keys are strings.
+    summary_quantiles_us: Mapped[dict[str, Any]]
+
+    # ModelStats (statistics API); prefixed because the metric names collide.
+    stats_last_inference_ms: Mapped[int | None]
+    stats_inference_count: Mapped[int | None]
+    stats_execution_count: Mapped[int | None]
+    stats_success_count: Mapped[int | None]
+    stats_success_ns: Mapped[int | None]
+    stats_fail_count: Mapped[int | None]
+    stats_fail_ns: Mapped[int | None]
+    stats_queue_count: Mapped[int | None]
+    stats_queue_ns: Mapped[int | None]
+    stats_compute_input_count: Mapped[int | None]
+    stats_compute_input_ns: Mapped[int | None]
+    stats_compute_infer_count: Mapped[int | None]
+    stats_compute_infer_ns: Mapped[int | None]
+    stats_compute_output_count: Mapped[int | None]
+    stats_compute_output_ns: Mapped[int | None]
+    stats_cache_hit_count: Mapped[int | None]
+    stats_cache_hit_ns: Mapped[int | None]
+    stats_cache_miss_count: Mapped[int | None]
+    stats_cache_miss_ns: Mapped[int | None]
+
+    # ModelRates
+    rate_window_s: Mapped[float | None]
+    requests_per_s: Mapped[float | None]
+    inferences_per_s: Mapped[float | None]
+    executions_per_s: Mapped[float | None]
+    fail_per_s: Mapped[float | None]
+    fail_per_s_by_reason: Mapped[dict[str, Any] | None]
+    avg_batch_size: Mapped[float | None]
+    queue_us_per_request: Mapped[float | None]
+    compute_input_us_per_request: Mapped[float | None]
+    compute_infer_us_per_request: Mapped[float | None]
+    compute_output_us_per_request: Mapped[float | None]
+    request_us_per_request: Mapped[float | None]
+    queue_share: Mapped[float | None]
+    busy_share: Mapped[float | None]
+    rate_resets: Mapped[int | None] = mapped_column(Integer)
+
+
+class BatchStatRow(Base):
+    """One statistics-API ``batch_stats`` entry of one model sample, cumulative as read.
+    ``exec_count`` is ``compute_infer.count``; the input/output counts are kept too so
+    the entry reads back exactly."""
+
+    __tablename__ = "batch_stats"
+    __table_args__ = (Index(None, "model_sample_id"),)
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    model_sample_id: Mapped[int] = mapped_column(
+        ID, ForeignKey("model_samples.id", ondelete="CASCADE")
+    )
+    batch_size: Mapped[int] = mapped_column(Integer)
+    exec_count: Mapped[int]
+    compute_input_count: Mapped[int]
+    compute_input_ns: Mapped[int]
+    compute_infer_ns: Mapped[int]
+    compute_output_count: Mapped[int]
+    compute_output_ns: Mapped[int]
+
+
+class ModelConfigRow(Base):
+    """A model's effective config, one row per change of ``raw_json``.
+
+    Keyed by (target, model name) rather than ``models.id``: Triton serves one config
+    per model, shared by all its versions.
+    """
+
+    __tablename__ = "model_configs"
+    __table_args__ = (Index(None, "target_id", "model", "id"),)
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ID, ForeignKey("targets.id"))
+    model: Mapped[str]
+    collected_at: Mapped[float]
+    max_batch_size: Mapped[int] = mapped_column(Integer)
+    dynamic_batching: Mapped[bool]
+    preferred_batch_sizes: Mapped[list[int]] = mapped_column(JSONDoc)
+    max_queue_delay_us: Mapped[int]
+    priority_levels: Mapped[int] = mapped_column(Integer)
+    default_queue_policy: Mapped[dict[str, Any] | None]
+    instance_count: Mapped[int] = mapped_column(Integer)
+    instance_kind: Mapped[str]
+    backend: Mapped[str | None]
+    platform: Mapped[str | None]
+    raw_json: Mapped[str]
+
+
+# --------------------------------------------------------------------------- server, devices
+
+
+class ServerSampleRow(Base):
+    __tablename__ = "server_samples"
+    __table_args__ = (Index(None, "target_id", "collected_at"), Index(None, "collected_at"))
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ID, ForeignKey("targets.id"))
+    collected_at: Mapped[float]
+    cpu_utilization: Mapped[float | None]
+    cpu_memory_total_bytes: Mapped[float | None]
+    cpu_memory_used_bytes: Mapped[float | None]
+    pinned_memory_pool_total_bytes: Mapped[float | None]
+    pinned_memory_pool_used_bytes: Mapped[float | None]
+
+
+class DeviceSampleRow(Base):
+    """A ``DeviceSample``; ``device_index``/``device_name`` are its ``index``/``name``
+    (names that read as SQL keywords or ORM attributes elsewhere)."""
+
+    __tablename__ = "device_samples"
+    __table_args__ = (Index(None, "target_id", "collected_at"), Index(None, "collected_at"))
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ID, ForeignKey("targets.id"))
+    collected_at: Mapped[float]
+    source: Mapped[str]
+    uuid: Mapped[str]
+    kind: Mapped[str]
+    device_index: Mapped[int | None] = mapped_column(Integer)
+    device_name: Mapped[str | None]
+    parent_uuid: Mapped[str | None]
+    gpu_instance_id: Mapped[int | None] = mapped_column(Integer)
+    compute_instance_id: Mapped[int | None] = mapped_column(Integer)
+    utilization_gpu_pct: Mapped[float | None]
+    utilization_memory_pct: Mapped[float | None]
+    memory_used_bytes: Mapped[int | None]
+    memory_total_bytes: Mapped[int | None]
+    power_w: Mapped[float | None]
+    power_limit_w: Mapped[float | None]
+    energy_j: Mapped[float | None]
+    sm_clock_mhz: Mapped[int | None] = mapped_column(Integer)
+    sm_active_pct: Mapped[float | None]
+    sm_occupancy_pct: Mapped[float | None]
+    tensor_active_pct: Mapped[float | None]
+    healthy: Mapped[bool]
+    error: Mapped[str | None]
+
+
+class ProcessSampleRow(Base):
+    __tablename__ = "process_samples"
+    __table_args__ = (Index(None, "target_id", "collected_at"), Index(None, "collected_at"))
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ID, ForeignKey("targets.id"))
+    collected_at: Mapped[float]
+    source: Mapped[str]
+    pid: Mapped[int]
+    role: Mapped[str]
+    model: Mapped[str | None]
+    instance_name: Mapped[str | None]
+    cpu_pct: Mapped[float | None]
+    rss_bytes: Mapped[int | None]
+    gpu_uuid: Mapped[str | None]
+    sm_util_pct: Mapped[float | None]
+    mem_util_pct: Mapped[float | None]
+    gpu_memory_bytes: Mapped[int | None]
+
+
+# --------------------------------------------------------------------------- rollups
+
+
+class ModelRollupRow(Base):
+    """See ``rows.ModelRollup`` for how each average is weighted."""
+
+    __tablename__ = "model_rollups"
+    __table_args__ = (
+        UniqueConstraint("bucket_s", "bucket_start", "model_id"),
+        Index(None, "model_id", "bucket_start"),
+    )
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ID, ForeignKey("models.id"))
+    bucket_start: Mapped[float]
+    bucket_s: Mapped[float]
+    sample_count: Mapped[int] = mapped_column(Integer)
+    rated_count: Mapped[int] = mapped_column(Integer)
+    rated_s: Mapped[float]
+    requests_per_s: Mapped[float | None]
+    inferences_per_s: Mapped[float | None]
+    executions_per_s: Mapped[float | None]
+    fail_per_s: Mapped[float | None]
+    avg_batch_size: Mapped[float | None]
+    queue_us_per_request: Mapped[float | None]
+    compute_input_us_per_request: Mapped[float | None]
+    compute_infer_us_per_request: Mapped[float | None]
+    compute_output_us_per_request: Mapped[float | None]
+    request_us_per_request: Mapped[float | None]
+    queue_share: Mapped[float | None]
+    busy_share: Mapped[float | None]
+    pending_request_count: Mapped[float | None]
+    requests_per_s_max: Mapped[float | None]
+    avg_batch_size_max: Mapped[float | None]
+    queue_us_per_request_max: Mapped[float | None]
+    request_us_per_request_max: Mapped[float | None]
+    queue_share_max: Mapped[float | None]
+    busy_share_max: Mapped[float | None]
+    pending_request_count_max: Mapped[float | None]
+
+
+class DeviceRollupRow(Base):
+    __tablename__ = "device_rollups"
+    __table_args__ = (
+        UniqueConstraint("bucket_s", "bucket_start", "target_id", "source", "uuid"),
+        Index(None, "target_id", "bucket_start"),
+    )
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ID, ForeignKey("targets.id"))
+    source: Mapped[str]
+    uuid: Mapped[str]
+    kind: Mapped[str]
+    bucket_start: Mapped[float]
+    bucket_s: Mapped[float]
+    sample_count: Mapped[int] = mapped_column(Integer)
+    utilization_gpu_pct: Mapped[float | None]
+    utilization_memory_pct: Mapped[float | None]
+    sm_active_pct: Mapped[float | None]
+    sm_occupancy_pct: Mapped[float | None]
+    tensor_active_pct: Mapped[float | None]
+    memory_used_bytes: Mapped[float | None]
+    power_w: Mapped[float | None]
+    utilization_gpu_pct_max: Mapped[float | None]
+    sm_active_pct_max: Mapped[float | None]
+    memory_used_bytes_max: Mapped[int | None]
+    power_w_max: Mapped[float | None]
+
+
+class RollupMarkRow(Base):
+    """How far raw samples of one kind (``"model"`` or ``"device"``) have been rolled
+    up at one bucket size: every raw sample with ``collected_at < rolled_until`` is in
+    a rollup. Retention deletes raw samples only below this mark."""
+
+    __tablename__ = "rollup_marks"
+
+    kind: Mapped[str] = mapped_column(primary_key=True)
+    bucket_s: Mapped[float] = mapped_column(primary_key=True)
+    rolled_until: Mapped[float]
+
+
+# --------------------------------------------------------------------------- analysis output
+
+
+class FindingRow(Base):
+    __tablename__ = "findings"
+    __table_args__ = (Index(None, "target", "created_at"),)
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    kind: Mapped[str]
+    severity: Mapped[str]
+    # Plain names, not foreign keys: a finding may be about a host or a fleet.
+    target: Mapped[str]
+    subject: Mapped[str]
+    summary: Mapped[str]
+    window_start: Mapped[float]
+    window_end: Mapped[float]
+    evidence: Mapped[dict[str, Any]]
+    created_at: Mapped[float]
+    resolved_at: Mapped[float | None]
+
+
+class RecommendationRow(Base):
+    __tablename__ = "recommendations"
+    __table_args__ = (Index(None, "target", "model", "created_at"),)
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    target: Mapped[str]
+    model: Mapped[str]
+    created_at: Mapped[float]
+    change: Mapped[dict[str, Any]]
+    predicted: Mapped[dict[str, Any]]
+    confidence: Mapped[float]
+    config_fragment: Mapped[str]
+    status: Mapped[str]
+    applied_at: Mapped[float | None]
+    verification: Mapped[dict[str, Any] | None]

@@ -1,0 +1,59 @@
+"""Fixtures shared by every test: a clean environment, and a throw-away PostgreSQL
+schema for tests that need the real server."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
+
+PG_URL_ENV = "BATCHSCOPE_TEST_PG_URL"
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``BATCHSCOPE_*`` setting leaks into a test (but the test database URL)."""
+    for name in list(os.environ):
+        if name.startswith("BATCHSCOPE_") and name != PG_URL_ENV:
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL URL (``$BATCHSCOPE_TEST_PG_URL`` or the local default) whose
+    connections see only a fresh, empty schema, dropped after the test.
+
+    An unreachable server fails the test: a silently skipped PostgreSQL suite would
+    let the fleet backend break unnoticed.
+    """
+    base = make_url(os.environ.get(PG_URL_ENV, DEFAULT_PG_URL))
+    shown = base.render_as_string(hide_password=True)
+    schema = f"bs_{uuid.uuid4().hex}"
+    admin = create_engine(base, poolclass=NullPool, connect_args={"connect_timeout": 5})
+    unreachable: str | None = None
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    except OperationalError as err:
+        unreachable = str(err.orig)
+    if unreachable is not None:  # failed outside the except, so no chained traceback
+        admin.dispose()
+        pytest.fail(
+            f"PostgreSQL is unreachable at {shown}: {unreachable}\n"
+            f"Start it, or point {PG_URL_ENV} at a server where the user may create schemas.",
+            pytrace=False,
+        )
+    url = base.update_query_dict({"options": f"-csearch_path={schema}"})
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
