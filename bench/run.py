@@ -32,7 +32,8 @@ from collector.testbed.load import run_load
 from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer
 
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "triton" / "metrics_gpu.txt"
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "triton"
+FIXTURE = FIXTURES / "metrics_gpu.txt"
 
 
 def exposition_with_models(n_models: int) -> str:
