@@ -1,0 +1,279 @@
+"""The collector against a real Triton: `batchscope collect` runs as its own process while
+the load generator drives two models; then Triton is killed and restarted under it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from collector.analysis.rates import window_rates
+from collector.store import Store
+from collector.testbed.load import run_load
+from collector.testbed.models import ModelSpec
+from collector.testbed.server import TritonServer
+
+pytestmark = pytest.mark.integration
+
+MODELS = (
+    ModelSpec(
+        "batched",
+        fixed_ms=4.0,
+        per_sample_ms=0.5,
+        max_batch_size=32,
+        dynamic_batching=True,
+        preferred_batch_sizes=(8, 16),
+        max_queue_delay_us=2000,
+    ),
+    ModelSpec("unbatched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32),
+)
+INTERVAL_S = 0.5
+LOAD_S = 6.0
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def server(module_triton_factory: Callable[..., TritonServer]) -> TritonServer:
+    return module_triton_factory(MODELS)
+
+
+@pytest.fixture(scope="module")
+def collector_run(
+    server: TritonServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
+    db_path = tmp_path_factory.mktemp("collect") / "bs.db"
+    db_url = f"sqlite:///{db_path}"
+    log_path = db_path.with_suffix(".log")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
+    env["BATCHSCOPE_BACKOFF_MAX_S"] = "1"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "collector.cli",
+                "collect",
+                "--triton",
+                server.http_url,
+                "--metrics-url",
+                server.metrics_url,
+                "--db",
+                db_url,
+                "--interval",
+                str(INTERVAL_S),
+                "--duration",
+                "600",
+                "--sources",
+                "triton,nvml,host",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    store = Store(db_url)
+    try:
+        wait_until(lambda: store.latest_collected_at() is not None, 30, "the first scrape")
+        yield proc, db_url, log_path
+    finally:
+        store.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def loads(server: TritonServer, collector_run: tuple) -> dict[str, dict[str, float]]:
+    """Each model in turn at concurrency 16; the collector scrapes throughout."""
+    out: dict[str, dict[str, float]] = {}
+    for spec in MODELS:
+        started = time.time()
+        result = run_load(server.grpc_url, spec.name, concurrency=16, duration_s=LOAD_S)
+        ended = time.time()
+        assert result.errors == 0, result.error_samples
+        out[spec.name] = {"qps": result.qps, "start": started, "end": ended}
+    return out
+
+
+def test_stored_qps_and_batch_sizes_match_the_load(
+    collector_run: tuple, loads: dict[str, dict[str, float]]
+) -> None:
+    _, db_url, _ = collector_run
+    store = Store(db_url)
+    try:
+        wait_until(
+            lambda: (store.latest_collected_at() or 0) > loads["unbatched"]["end"] + 0.5,
+            15,
+            "a scrape after the load",
+        )
+        for model, load in loads.items():
+            # Samples well inside the load span: the steady-state rate of that run.
+            samples = store.model_samples(
+                model=model, since=load["start"] + 0.5, until=load["end"] - 0.2
+            )
+            assert len(samples) >= 5, f"{model}: only {len(samples)} samples during load"
+            rates = window_rates(samples)
+            assert rates is not None
+            assert rates.requests_per_s == pytest.approx(load["qps"], rel=0.10), model
+            if model == "batched":
+                assert rates.avg_batch_size is not None and rates.avg_batch_size > 2
+                sizes = {b.batch_size for b in samples[-1].stats.batch_stats}
+                assert max(sizes) > 2, sizes
+            else:
+                assert rates.avg_batch_size == 1.0
+                assert {b.batch_size for b in samples[-1].stats.batch_stats} == {1}
+            # Per-scrape rates were stored too, and agree with the window.
+            stored = [s.rates.requests_per_s for s in samples[1:] if s.rates is not None]
+            assert stored and sum(stored) / len(stored) == pytest.approx(load["qps"], rel=0.2)
+    finally:
+        store.close()
+
+
+def test_status_json_reports_models_and_instance_processes(
+    collector_run: tuple, loads: dict
+) -> None:
+    _, db_url, _ = collector_run
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "collector.cli",
+            "status",
+            "--db",
+            db_url,
+            "--window",
+            "600",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    data = json.loads(out.stdout)
+    assert set(data) == {"models", "devices", "processes"}
+    rows = {m["model"]: m for m in data["models"]}
+    assert set(rows) == {"batched", "unbatched"}
+    for field in (
+        "target",
+        "model",
+        "version",
+        "qps",
+        "infer_per_s",
+        "exec_per_s",
+        "avg_batch_size",
+        "queue_us",
+        "compute_infer_us",
+        "request_us",
+        "queue_share",
+        "pending",
+        "fail_per_s",
+        "dynamic_batching",
+        "max_queue_delay_us",
+        "preferred_batch_sizes",
+        "max_batch_size",
+        "instance_count",
+    ):
+        assert field in rows["batched"], field
+    assert rows["batched"]["dynamic_batching"] is True
+    assert rows["batched"]["preferred_batch_sizes"] == [8, 16]
+    assert rows["batched"]["max_queue_delay_us"] == 2000
+    assert rows["unbatched"]["dynamic_batching"] is False
+    assert rows["batched"]["max_batch_size"] == 32 and rows["batched"]["instance_count"] == 1
+    stubs = {p["model"]: p for p in data["processes"] if p["role"] == "stub"}
+    assert set(stubs) == {"batched", "unbatched"}
+    assert all(p["instance_name"] for p in stubs.values())
+    assert stubs["batched"]["cpu_pct"] is not None and stubs["batched"]["cpu_pct"] > 0
+    assert [p for p in data["processes"] if p["role"] == "server"]
+
+
+def test_restart_marks_target_down_then_up_without_negative_rates(
+    server: TritonServer, collector_run: tuple, loads: dict
+) -> None:
+    proc, db_url, log_path = collector_run
+    store = Store(db_url)
+    target = store.targets()[0].name if store.targets() else None
+    try:
+        assert target is not None
+        killed_at = time.time()
+        server.kill()
+        wait_until(
+            lambda: not {t.name: t for t in store.targets()}[target].up,
+            20,
+            "the target to be marked down",
+        )
+        server.start()
+        result = run_load(server.grpc_url, "batched", concurrency=16, duration_s=2.0)
+        assert result.errors == 0
+        wait_until(
+            lambda: bool({t.name: t for t in store.targets()}[target].up),
+            30,
+            "the target to be marked up again",
+        )
+        wait_until(
+            lambda: any(
+                s.rates is not None and s.rates.requests_per_s > 0
+                for s in store.model_samples(model="batched", since=killed_at)
+            ),
+            20,
+            "rates after the restart",
+        )
+        assert proc.poll() is None, log_path.read_text()[-2000:]
+
+        triton = [t for t in store.transitions(target) if t.source == "triton"]
+        ups = [t.up for t in triton]
+        assert ups[0] is True and False in ups and ups[-1] is True, ups
+        down = next(t for t in triton if not t.up)
+        assert down.error_kind in ("down", "timeout"), down
+
+        peak = max(load["qps"] for load in loads.values()) * 1.5
+        for s in store.model_samples():
+            if s.rates is None:
+                continue
+            r = s.rates
+            for value in (r.requests_per_s, r.inferences_per_s, r.executions_per_s, r.fail_per_s):
+                assert 0 <= value <= peak * 32, (s.model, s.collected_at, r)
+            assert r.requests_per_s <= peak, (s.model, s.collected_at, r)
+        # The first pair across the restart is a reset, counted as such.
+        after = [s for s in store.model_samples(model="batched", since=killed_at) if s.rates]
+        assert sum(s.rates.resets for s in after) == 1, [s.rates for s in after]
+    finally:
+        store.close()
+
+
+def test_nvml_absence_is_recorded_once_and_collection_runs_on(
+    collector_run: tuple, loads: dict
+) -> None:
+    proc, db_url, log_path = collector_run
+    store = Store(db_url)
+    try:
+        states = {t.name: t for t in store.targets()}
+        nvml_host = [t for t in states.values() if t.kind == "host"]
+        assert nvml_host and nvml_host[0].sources.get("nvml") is False
+        assert nvml_host[0].last_error_kind == "nvml_unavailable"
+    finally:
+        store.close()
+    assert proc.poll() is None
+    warnings = [
+        line for line in log_path.read_text().splitlines() if "WARNING" in line and "nvml/" in line
+    ]
+    assert len(warnings) == 1, warnings  # said once, though retried on every backoff
