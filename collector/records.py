@@ -55,6 +55,10 @@ class ModelMetrics:
     # Optional summary families (``--metrics-config summary_latencies=true``):
     # family name -> {quantile -> value in µs}; ``_count``/``_sum`` are not kept.
     summary_quantiles_us: dict[str, dict[float, float]] = field(default_factory=dict)
+    # Optional histogram families (``histogram_latencies=true``, e.g.
+    # ``nv_inference_first_response_histogram_ms``): family name -> {upper bound ``le``
+    # (``inf`` for +Inf) -> cumulative count}, summed over series.
+    histogram_buckets: dict[str, dict[float, float]] = field(default_factory=dict)
 
     @property
     def request_failure(self) -> float:

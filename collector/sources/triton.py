@@ -136,6 +136,7 @@ class _ModelAccumulator:
     sums: dict[str, float] = field(default_factory=dict)
     failures: dict[str, float] = field(default_factory=dict)
     quantiles: dict[str, dict[float, float]] = field(default_factory=dict)
+    buckets: dict[str, dict[float, float]] = field(default_factory=dict)
 
     def add(self, field_name: str, value: float) -> None:
         self.sums[field_name] = self.sums.get(field_name, 0.0) + value
@@ -204,6 +205,19 @@ def map_metrics(families: Mapping[str, MetricFamily]) -> TritonMetrics:
                     ) from exc
                 per_q = acc.quantiles.setdefault(name, {})
                 per_q[q] = max(per_q.get(q, s.value), s.value)
+        elif family.type == "histogram" and name.startswith(_SUMMARY_PREFIXES):
+            for s in family.samples:
+                acc = model_of(s.labels)
+                bound = s.labels.get("le")
+                if acc is None or s.suffix != "_bucket" or bound is None or math.isnan(s.value):
+                    continue
+                try:
+                    le = float(bound)  # "+Inf" parses as inf
+                except ValueError as exc:
+                    raise ParseError(f"{name}: le label {bound!r} is not a number") from exc
+                # Buckets are cumulative counts, so series of several GPUs add up.
+                per_le = acc.buckets.setdefault(name, {})
+                per_le[le] = per_le.get(le, 0.0) + s.value
 
     return TritonMetrics(
         models=tuple(
@@ -224,6 +238,7 @@ def _model_metrics(model: str, version: str, acc: _ModelAccumulator) -> ModelMet
         version=version,
         request_failure_by_reason=dict(acc.failures),
         summary_quantiles_us={fam: dict(sorted(qs.items())) for fam, qs in acc.quantiles.items()},
+        histogram_buckets={fam: dict(sorted(bs.items())) for fam, bs in acc.buckets.items()},
         **counters,
         **optional,
     )

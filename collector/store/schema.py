@@ -161,6 +161,8 @@ class ModelSampleRow(Base):
     load_duration_s: Mapped[float | None]
     # {family: {quantile as text: µs}}: JSON keys are strings.
     summary_quantiles_us: Mapped[dict[str, Any]]
+    # {family: {upper bound as text ("inf" for +Inf): cumulative count}}.
+    histogram_buckets: Mapped[dict[str, Any] | None]
 
     # ModelStats (statistics API); prefixed because the metric names collide.
     stats_last_inference_ms: Mapped[int | None]

@@ -126,7 +126,7 @@ _RATE_COLUMNS = {"window_s": "rate_window_s", "resets": "rate_resets"}
 _METRIC_FIELDS = tuple(
     f.name
     for f in fields(ModelMetrics)
-    if f.name not in ("model", "version", "summary_quantiles_us")
+    if f.name not in ("model", "version", "summary_quantiles_us", "histogram_buckets")
 )
 
 
@@ -1218,6 +1218,10 @@ def _model_sample_values(
         family: {str(q): v for q, v in quantiles.items()}
         for family, quantiles in m.summary_quantiles_us.items()
     }
+    values["histogram_buckets"] = {
+        family: {str(le): count for le, count in buckets.items()}
+        for family, buckets in m.histogram_buckets.items()
+    }
     values["stats_last_inference_ms"] = stats.last_inference_ms if stats else None
     values["stats_inference_count"] = stats.inference_count if stats else None
     values["stats_execution_count"] = stats.execution_count if stats else None
@@ -1244,6 +1248,10 @@ def _model_sample_from(row: _RowValues, batches: list[BatchStat]) -> ModelSample
         summary_quantiles_us={
             family: {float(q): v for q, v in quantiles.items()}
             for family, quantiles in row["summary_quantiles_us"].items()
+        },
+        histogram_buckets={
+            family: {float(le): count for le, count in buckets.items()}
+            for family, buckets in (row["histogram_buckets"] or {}).items()
         },
     )
     stats = None

@@ -4,6 +4,7 @@ rollups, retention) keeps its promises."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -80,6 +81,9 @@ def full_metrics(model: str = "resnet", version: str = "1", scale: float = 1.0) 
         summary_quantiles_us={
             "nv_inference_queue_summary_us": {0.5: 10.0, 0.9: 20.0, 0.99: 35.5},
             "nv_inference_request_summary_us": {0.5: 110.0},
+        },
+        histogram_buckets={
+            "nv_inference_first_response_histogram_ms": {100.0: 3.0, 500.0: 4.0, math.inf: 4.0},
         },
     )
 
