@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "BatchStat",
+    "BatcherConfig",
+    "ConfigChange",
+    "Finding",
+    "Prediction",
+    "Recommendation",
     "DeviceSample",
     "Duration",
     "ModelConfig",
@@ -271,3 +276,106 @@ class ModelSample:
     @property
     def version(self) -> str:
         return self.metrics.version
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something the detectors concluded about a window.
+
+    ``kind``: ``"idle_capacity"``, ``"queue_saturation"``, ``"batching_off"``,
+    ``"batch_below_preferred"``, ``"config_applied"`` (before/after of an applied change)
+    ... ``severity``: ``"info"``, ``"warning"`` or ``"critical"``. ``subject`` is the
+    model name or the device uuid. ``evidence`` holds the numbers behind the summary,
+    with units in the keys (``queue_share``, ``sm_active_pct``, ``idle_instances``).
+    """
+
+    kind: str
+    severity: str
+    target: str
+    subject: str
+    summary: str
+    window_start: float
+    window_end: float
+    evidence: dict[str, float | int | str | bool | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    """The part of a model config that decides how requests become executions."""
+
+    max_batch_size: int
+    dynamic_batching: bool = False
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+    instance_count: int = 1
+    max_queue_size: int = 0  # 0 = unbounded
+    default_timeout_us: int = 0  # 0 = no queue timeout
+    timeout_action: str = "REJECT"
+
+    @classmethod
+    def from_model_config(cls, config: ModelConfig) -> BatcherConfig:
+        policy = config.default_queue_policy
+        return cls(
+            max_batch_size=config.max_batch_size,
+            dynamic_batching=config.dynamic_batching,
+            preferred_batch_sizes=tuple(config.preferred_batch_sizes),
+            max_queue_delay_us=config.max_queue_delay_us,
+            instance_count=max(config.instance_count, 1),
+            max_queue_size=policy.max_queue_size if policy else 0,
+            default_timeout_us=policy.default_timeout_us if policy else 0,
+            timeout_action=policy.timeout_action if policy else "REJECT",
+        )
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """One field of the config, ``field: before -> after``."""
+
+    field: str
+    before: object
+    after: object
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.before} -> {self.after}"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Throughput and latency of one config under one load (observed or predicted).
+    Latencies are as a client sees them (server time plus the client's own overhead)."""
+
+    qps: float
+    p95_ms: float
+    p50_ms: float | None = None
+    avg_batch_size: float | None = None
+    busy_share: float | None = None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """A concrete config change for one model, with what it is predicted to gain.
+
+    ``kind`` is ``"tune"`` (a change fitted to observed batch_stats), ``"probe"`` (a
+    safe first step, e.g. dynamic batching with no delay, taken because batch_stats
+    cannot yet show how the model scales with batch size) or ``"no_change"`` (the
+    current config is already the best the model found; ``reason`` says why).
+    """
+
+    target: str
+    model: str
+    created_at: float
+    kind: str
+    changes: tuple[ConfigChange, ...]
+    current_config: BatcherConfig
+    proposed_config: BatcherConfig
+    current: Prediction  # observed
+    predicted: Prediction  # for the proposed config at the observed load
+    confidence: float  # 0..1
+    reason: str
+    slo_p95_ms: float | None = None
+    config_pbtxt: str = ""
+    config_json: str = "{}"  # the whole config for Triton's load API
+    evidence: dict[str, float | int | str | bool | None] = field(default_factory=dict)
