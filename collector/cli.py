@@ -85,6 +85,141 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _collect_for(settings: Any, store: Any, seconds: float) -> None:
+    from collector.scheduler import CollectorService, build_sources
+
+    print(f"observing {', '.join(t.url for t in settings.targets)} for {seconds:g} s ...",
+          file=sys.stderr)
+    CollectorService(settings, store, build_sources(settings)).run(seconds)
+
+
+def _cmd_recommend(args: argparse.Namespace) -> int:
+    from collector.analysis.recommend import recommend_model, recommendation_to_dict
+    from collector.config import load_settings
+    from collector.report import render_findings, render_recommendation
+    from collector.sources import SOURCES
+    from collector.store import Store
+
+    if args.slo_p95_ms is not None and args.slo_p95_ms <= 0:
+        raise ConfigError("slo_p95_ms", f"must be > 0, got {args.slo_p95_ms:g}")
+    if args.db_url is None and not args.triton:
+        raise ConfigError("db", "give --db URL (recommend from stored samples) or --triton URL "
+                                "(observe the server live first)")
+    settings = load_settings(
+        config_file=args.config,
+        overrides={"triton": args.triton, "db_url": args.db_url,
+                   "interval_s": 1.0 if args.triton else None,
+                   "sources": ["triton", "host"] if args.triton else None},
+        known_sources=set(SOURCES))
+    store = Store(settings.db_url)
+    try:
+        if args.triton:
+            _collect_for(settings, store, args.observe)
+        findings = _findings(store, settings)
+        targets = ([t.name for t in settings.targets] if args.triton
+                   else [t.name for t in store.targets() if t.kind == "triton"])
+        recs = []
+        for target in targets:
+            models = sorted({m for (t, m) in store.latest_model_configs(target) if t == target})
+            for model in models:
+                if args.model and model != args.model:
+                    continue
+                rec = recommend_model(store, target, model, slo_p95_ms=args.slo_p95_ms,
+                                      window_s=args.window)
+                if rec is None:
+                    continue
+                store.add_recommendation(
+                    target=rec.target, model=rec.model, change=recommendation_to_dict(rec),
+                    predicted={"qps": rec.predicted.qps, "p95_ms": rec.predicted.p95_ms},
+                    confidence=rec.confidence, config_fragment=rec.config_pbtxt,
+                    status=rec.kind, created_at=rec.created_at)
+                recs.append(rec)
+    finally:
+        store.close()
+    if args.json:
+        json.dump({"findings": [_finding_json(f) for f in findings],
+                   "recommendations": [_recommendation_json(r) for r in recs]},
+                  sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return 0
+    print(render_findings(findings))
+    print()
+    if not recs:
+        print("no recommendation: no model has enough observed traffic in the window")
+    for rec in recs:
+        print(render_recommendation(rec))
+        print()
+    return 0
+
+
+def _findings(store: Any, settings: Any) -> list[Any]:
+    try:
+        from collector.analysis.detect import DetectorSettings, run_detectors
+    except ImportError:  # detectors not available in this build
+        return []
+    return list(run_detectors(store, DetectorSettings()))
+
+
+def _finding_json(finding: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(finding)
+
+
+def _recommendation_json(rec: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {
+        "target": rec.target, "model": rec.model, "kind": rec.kind,
+        "changes": [{"field": c.field, "from": c.before, "to": c.after} for c in rec.changes],
+        "current": asdict(rec.current), "predicted": asdict(rec.predicted),
+        "confidence": rec.confidence, "reason": rec.reason, "slo_p95_ms": rec.slo_p95_ms,
+        "config_pbtxt": rec.config_pbtxt, "config_json": json.loads(rec.config_json),
+        "evidence": rec.evidence, "created_at": rec.created_at,
+    }
+
+
+def _cmd_apply(args: argparse.Namespace) -> int:
+    from collector.analysis.recommend import recommendation_from_dict
+    from collector.apply import ApplyRefused, apply_recommendation
+    from collector.config import load_settings
+    from collector.report import render_recommendation
+    from collector.store import Store
+
+    settings = load_settings(config_file=args.config,
+                             overrides={"triton": [args.triton], "db_url": args.db_url})
+    (target,) = settings.targets
+    if args.verify_s <= 0:
+        raise ConfigError("verify_s", f"must be > 0, got {args.verify_s:g}")
+    store = Store(settings.db_url)
+    try:
+        stored = store.recommendations(target=target.name, model=args.model)
+        if not stored:
+            print(f"batchscope: no recommendation for {args.model!r} on {target.name} in the "
+                  f"store; run `batchscope recommend` first", file=sys.stderr)
+            return 1
+        rec = recommendation_from_dict(stored[-1].change)
+        print(render_recommendation(rec))
+        if not rec.changes:
+            print("nothing to apply: the recommendation is to keep the current config")
+            return 0
+        if not args.yes:
+            answer = input(f"apply this change to {args.model} on {target.url}? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("not applied")
+                return 1
+        try:
+            result = apply_recommendation(target, rec, verify_s=args.verify_s, store=store,
+                                          say=lambda m: print(m, file=sys.stderr))
+        except ApplyRefused as exc:
+            print(f"batchscope: {exc}", file=sys.stderr)
+            return 3
+    finally:
+        store.close()
+    print(result.verdict)
+    return 0 if not result.rolled_back else 4
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="batchscope",
@@ -113,6 +248,30 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _add_common_db(status)
     status.set_defaults(func=_cmd_status)
+
+    recommend = sub.add_parser("recommend", help="findings and batching recommendations")
+    recommend.add_argument("--triton", action="append", metavar="URL",
+                           help="observe this Triton live first (instead of stored samples)")
+    recommend.add_argument("--model", metavar="NAME", help="only this model")
+    recommend.add_argument("--slo-p95-ms", type=float, metavar="X",
+                           help="latency objective; without it p95 may rise at most 10 %%")
+    recommend.add_argument("--window", type=float, default=30.0, metavar="S",
+                           help="the load to recommend for: the last S seconds (default 30)")
+    recommend.add_argument("--observe", type=float, default=30.0, metavar="S",
+                           help="with --triton: seconds to observe first (default 30)")
+    recommend.add_argument("--json", action="store_true")
+    _add_common_db(recommend)
+    recommend.set_defaults(func=_cmd_recommend)
+
+    apply = sub.add_parser("apply", help="apply the latest recommendation live, verify, "
+                                         "roll back on a regression")
+    apply.add_argument("--triton", required=True, metavar="URL", help="Triton HTTP endpoint")
+    apply.add_argument("--model", required=True, metavar="NAME")
+    apply.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    apply.add_argument("--verify-s", type=float, default=30.0, metavar="S",
+                       help="length of the before and after windows (default 30)")
+    _add_common_db(apply)
+    apply.set_defaults(func=_cmd_apply)
 
     try:
         from collector.demo import add_demo_command

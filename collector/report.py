@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from collector.analysis.status import StatusReport
+from collector.records import Recommendation
 
-__all__ = ["render_status"]
+__all__ = ["render_findings", "render_recommendation", "render_status"]
 
 MODEL_COLUMNS = ("target", "model", "version", "qps", "infer_per_s", "exec_per_s",
                  "avg_batch_size", "queue_us", "compute_infer_us", "request_us", "queue_share",
@@ -50,3 +51,34 @@ def render_status(report: StatusReport) -> str:
     if report.processes:
         parts.append(_table([asdict(p) for p in report.processes], PROCESS_COLUMNS))
     return "\n\n".join(parts)
+
+
+def render_findings(findings: Sequence[object]) -> str:
+    """One line per finding: severity, kind, subject, summary."""
+    if not findings:
+        return "no active findings"
+    lines = ["findings:"]
+    for f in findings:
+        lines.append(f"  [{getattr(f, 'severity', '?')}] {getattr(f, 'kind', '?')} "
+                     f"{getattr(f, 'target', '')}/{getattr(f, 'subject', '')}: "
+                     f"{getattr(f, 'summary', '')}")
+    return "\n".join(lines)
+
+
+def render_recommendation(rec: Recommendation) -> str:
+    """The change, the figures before and predicted, the reason and the fragment."""
+    head = f"recommendation for {rec.target}/{rec.model} ({rec.kind}, confidence " \
+           f"{rec.confidence:.2f})"
+    lines = [head]
+    if rec.changes:
+        lines += [f"  {c}" for c in rec.changes]
+    else:
+        lines.append("  no change")
+    lines.append(f"  current:   {rec.current.qps:8.1f} QPS  p95 {_cell(rec.current.p95_ms)} ms")
+    lines.append(f"  predicted: {rec.predicted.qps:8.1f} QPS  p95 {_cell(rec.predicted.p95_ms)} ms"
+                 + (f"  (objective p95 ≤ {rec.slo_p95_ms:g} ms)" if rec.slo_p95_ms else ""))
+    lines.append(f"  why: {rec.reason}")
+    if rec.changes:
+        lines.append("  config.pbtxt:")
+        lines += [f"    {line}" for line in rec.config_pbtxt.splitlines()]
+    return "\n".join(lines)

@@ -1,0 +1,480 @@
+"""Batching recommendations from live traffic: observe, fit, simulate, search.
+
+1. **Observe** a window of one model from the store: rates, the effective config, the
+   batch_stats increases (the service time per executed batch size), the CPU its
+   instances used, and Triton's server-side p95 when summaries are enabled.
+2. **Fit** the service time per batch size (``fit.fit_service_time``). With only batch
+   size 1 observed the slope is unknown; then the recommendation is a *probe*:
+   ``dynamic_batching`` with no delay, which only groups requests already waiting, so
+   it adds no waiting of its own, and it produces the batch sizes the next fit needs.
+3. **Model the load**. When the server holds several requests at once and queues them
+   (a saturated closed loop: clients wait for answers), the load is a population of
+   ``N`` clients with a think time ``Z``: ``N`` from Little's law (the mean number of
+   requests in the server, ``L = Σ request time / window``, rounded up, the largest
+   seen over the look-back), ``Z = (N − L) / λ``. Otherwise it is open: arrivals at the
+   observed rate with the observed burstiness.
+4. **Search** candidate configs (delay × preferred sizes × instance count) through the
+   discrete-event model of Triton's batcher (``batcher_sim.simulate``) and keep the one
+   with the most throughput whose p95 meets the objective: ``slo_p95_ms`` when given,
+   else at most 10 % above the current config's p95. "No change" wins when nothing
+   beats the current config by a margin.
+
+Predictions are for the observed load, as a client would see them: server time plus
+the think/overhead time ``Z`` inferred for closed loops.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from collector.analysis.batcher_sim import ClosedLoad, OpenLoad, ServiceModel, SimResult, simulate
+from collector.analysis.configs import config_changes, config_with, render_pbtxt
+from collector.analysis.fit import ServiceTimeFit, arrival_stats, fit_service_time
+from collector.analysis.rates import batch_stats_increase, is_reset, window_rates
+from collector.records import (
+    BatcherConfig,
+    BatchStat,
+    ConfigChange,
+    Duration,
+    ModelConfig,
+    ModelRates,
+    ModelSample,
+    Prediction,
+    Recommendation,
+)
+from collector.store import Store
+
+__all__ = [
+    "Observation",
+    "recommendation_from_dict",
+    "recommendation_to_dict",
+    "RecommendSettings",
+    "observe_model",
+    "recommend_from_observation",
+    "recommend_model",
+]
+
+REQUEST_SUMMARY = "nv_inference_request_summary_us"
+
+
+@dataclass(frozen=True)
+class RecommendSettings:
+    """Knobs of the search. Defaults are meant to be left alone."""
+
+    window_s: float = 30.0  # the load the prediction is for
+    lookback_s: float = 900.0  # batch_stats and population are taken over this much history
+    delays_us: tuple[int, ...] = (0, 100, 250, 500, 1000, 2000, 5000, 10000)
+    max_instances: int = 4
+    latency_margin: float = 1.10  # without an SLO: p95 may rise at most 10 %
+    min_gain: float = 0.03  # a change must beat the current config by this much
+    screen_requests: int = 4000  # requests per simulation while screening candidates
+    final_requests: int = 20000  # requests per simulation for the finalists
+    finalists: int = 8
+    seed: int = 1
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the store shows of one model over a window, reduced to model inputs."""
+
+    target: str
+    model: str
+    window_start: float
+    window_end: float
+    rates: ModelRates
+    config: ModelConfig
+    batcher: BatcherConfig
+    batch_increase: tuple[BatchStat, ...]  # over the look-back, summed across reloads
+    fit: ServiceTimeFit | None
+    in_server: float  # L: mean number of requests inside the server
+    population: int | None  # closed-loop clients, None for an open load
+    think_ms: float  # Z: client-side time per request outside the server
+    request_batch: int  # samples per request
+    dispersion: float  # index of dispersion of arrivals per scrape interval
+    overhead_ms: float  # instance time per execution outside the measured compute
+    cpu_fraction: float  # CPU share of an execution (KIND_CPU instances)
+    cores_available: float | None
+    server_p95_ms: float | None  # from Triton's request summary, when enabled
+    pending_mean: float | None
+    evidence: dict[str, float | int | str | bool | None] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ observing
+
+
+def _summed_increase(samples: Sequence[ModelSample]) -> tuple[BatchStat, ...]:
+    totals: dict[int, list[int]] = {}
+    for prev, cur in zip(samples, samples[1:], strict=False):
+        if cur.stats is None:
+            continue
+        reset = is_reset(prev, cur) or prev.stats is None
+        for b in batch_stats_increase(prev.stats.batch_stats if prev.stats else None,
+                                      cur.stats.batch_stats, reset=reset):
+            t = totals.setdefault(b.batch_size, [0, 0, 0, 0])
+            t[0] += b.exec_count
+            t[1] += b.compute_input.ns
+            t[2] += b.compute_infer.ns
+            t[3] += b.compute_output.ns
+    return tuple(
+        BatchStat(batch_size=size, compute_input=Duration(t[0], t[1]),
+                  compute_infer=Duration(t[0], t[2]), compute_output=Duration(t[0], t[3]))
+        for size, t in sorted(totals.items()))
+
+
+def _chunks(samples: Sequence[ModelSample], seconds: float) -> list[list[ModelSample]]:
+    out: list[list[ModelSample]] = []
+    current: list[ModelSample] = []
+    for s in samples:
+        if current and s.collected_at - current[0].collected_at > seconds:
+            out.append(current)
+            current = [current[-1]]
+        current.append(s)
+    if len(current) >= 2:
+        out.append(current)
+    return out
+
+
+def _in_server(rates: ModelRates) -> float:
+    if rates.request_us_per_request is None:
+        return 0.0
+    return rates.requests_per_s * rates.request_us_per_request / 1e6
+
+
+def observe_model(store: Store, target: str, model: str, *,
+                  settings: RecommendSettings = RecommendSettings(),
+                  now: float | None = None) -> Observation | None:
+    """The model's latest window (ending at its newest sample before ``now``), or None
+    when fewer than three samples or no requests were seen in it."""
+    now = time.time() if now is None else now
+    history = store.model_samples(target=target, model=model,
+                                  since=now - settings.lookback_s, until=now)
+    if len(history) < 3:
+        return None
+    end = history[-1].collected_at
+    window = [s for s in history if s.collected_at >= end - settings.window_s]
+    rates = window_rates(window)
+    stored = store.latest_model_configs(target).get((target, model))
+    if rates is None or rates.requests_per_s <= 0 or stored is None:
+        return None
+    config = stored.config
+    batcher = BatcherConfig.from_model_config(config)
+
+    batches = _summed_increase(history)
+    fit = fit_service_time(batches)
+
+    in_server = _in_server(rates)
+    chunk_l = [_in_server(r) for c in _chunks(history, settings.window_s / 3)
+               if (r := window_rates(c)) is not None]
+    saturated = (rates.queue_share or 0.0) >= 0.2 and in_server >= batcher.instance_count + 0.5
+    population = None
+    think_ms = 0.0
+    if saturated:
+        population = max(1, math.ceil(max([in_server, *chunk_l]) - 0.05))
+        think_ms = max(population - in_server, 0.0) / rates.requests_per_s * 1000.0
+
+    request_batch = 1
+    if not batcher.dynamic_batching and rates.avg_batch_size:
+        request_batch = max(1, round(rates.avg_batch_size))
+    elif rates.requests_per_s > 0:
+        request_batch = max(1, round(rates.inferences_per_s / rates.requests_per_s))
+
+    counts = [s.rates.requests_per_s * s.rates.window_s for s in window[1:] if s.rates]
+    intervals = [s.rates.window_s for s in window[1:] if s.rates]
+    dispersion = arrival_stats(counts, intervals).dispersion if len(counts) >= 3 else 1.0
+
+    exec_ms = None
+    window_batches = _summed_increase(window)
+    executions = sum(b.exec_count for b in window_batches)
+    if executions:
+        exec_ms = sum(b.compute_ns for b in window_batches) / executions / 1e6
+    overhead_ms = 0.0
+    if saturated and exec_ms is not None and rates.executions_per_s > 0:
+        # Instances never idle while requests queue: the gap between executions is time
+        # an instance spends outside the measured compute (IPC, scheduling).
+        per_exec_ms = batcher.instance_count / rates.executions_per_s * 1000.0
+        overhead_ms = min(max(per_exec_ms - exec_ms, 0.0), exec_ms)
+
+    cpu_fraction, cores = _cpu_share(store, target, model, config, rates, batcher,
+                                     window[0].collected_at, end)
+    p95 = None
+    summary = window[-1].metrics.summary_quantiles_us.get(REQUEST_SUMMARY)
+    if summary and 0.95 in summary:
+        p95 = summary[0.95] / 1000.0
+    pending = [s.metrics.pending_request_count for s in window
+               if s.metrics.pending_request_count is not None]
+    return Observation(
+        target=target, model=model, window_start=window[0].collected_at, window_end=end,
+        rates=rates, config=config, batcher=batcher, batch_increase=batches, fit=fit,
+        in_server=in_server, population=population, think_ms=think_ms,
+        request_batch=request_batch, dispersion=dispersion, overhead_ms=overhead_ms,
+        cpu_fraction=cpu_fraction, cores_available=cores, server_p95_ms=p95,
+        pending_mean=sum(pending) / len(pending) if pending else None,
+        evidence={"saturated": saturated, "exec_ms_window": exec_ms})
+
+
+def _cpu_share(store: Store, target: str, model: str, config: ModelConfig, rates: ModelRates,
+               batcher: BatcherConfig, since: float, until: float,
+               ) -> tuple[float, float | None]:
+    """CPU share of an execution and the cores left for the model, for CPU instances."""
+    if config.instance_kind not in ("KIND_CPU", "KIND_AUTO") or not rates.busy_share:
+        return 0.0, None
+    procs = store.process_samples(target=target, since=since, until=until, source="host")
+    ticks: dict[float, float] = {}
+    for p in procs:
+        if p.sample.model == model and p.sample.cpu_pct is not None:
+            ticks[p.collected_at] = ticks.get(p.collected_at, 0.0) + p.sample.cpu_pct / 100.0
+    if not ticks:
+        return 0.0, None
+    model_cores = sum(ticks.values()) / len(ticks)
+    busy_instances = rates.busy_share * batcher.instance_count
+    fraction = min(model_cores / busy_instances, 1.0) if busy_instances > 0 else 0.0
+    cores = float(os.cpu_count() or 1)
+    servers = [s.metrics.cpu_utilization for s in
+               store.server_samples(target=target, since=since, until=until)
+               if s.metrics.cpu_utilization is not None]
+    if servers:
+        used_by_others = max(sum(servers) / len(servers) * cores - model_cores, 0.0)
+        cores = max(cores - used_by_others, 0.25)
+    return fraction, cores
+
+
+# ------------------------------------------------------------------ predicting
+
+
+def _service(obs: Observation, *, per_sample_ms: float | None = None) -> ServiceModel:
+    fit = obs.fit
+    assert fit is not None
+
+    def mean_ms(batch: int) -> float:
+        return fit.mean_ms(batch, per_sample_ms=per_sample_ms)
+
+    return ServiceModel(mean_ms=mean_ms, cv=fit.residual_cv, cpu_fraction=obs.cpu_fraction,
+                        cores=obs.cores_available, overhead_ms=obs.overhead_ms)
+
+
+def _load(obs: Observation) -> OpenLoad | ClosedLoad:
+    if obs.population is not None:
+        return ClosedLoad(clients=obs.population, think_ms=obs.think_ms,
+                          request_batch=obs.request_batch)
+    return OpenLoad(rate_per_s=obs.rates.requests_per_s, dispersion=max(obs.dispersion, 1.0),
+                    request_batch=obs.request_batch)
+
+
+def _as_prediction(result: SimResult, obs: Observation) -> Prediction:
+    return Prediction(qps=result.throughput_per_s, p95_ms=result.p95_ms + obs.think_ms,
+                      p50_ms=result.p50_ms + obs.think_ms, avg_batch_size=result.avg_batch_size,
+                      busy_share=result.busy_share)
+
+
+def _feasible(config: BatcherConfig, obs: Observation) -> bool:
+    if config.dynamic_batching and config.max_batch_size < obs.request_batch:
+        return False
+    return all(p <= config.max_batch_size for p in config.preferred_batch_sizes)
+
+
+def _candidates(obs: Observation, settings: RecommendSettings) -> list[BatcherConfig]:
+    cur = obs.batcher
+    counts = sorted({cur.instance_count, min(cur.instance_count + 1, settings.max_instances),
+                     max(cur.instance_count - 1, 1)})
+    out = [replace(cur, instance_count=n) for n in counts]
+    if cur.max_batch_size <= 1:
+        return out
+    sizes = [p for p in (2, 4, 8, 16, 32, 64, 128) if p <= cur.max_batch_size]
+    preferred: list[tuple[int, ...]] = [()]
+    preferred += [(p,) for p in sizes if p >= 4]
+    preferred += [(p // 2, p) for p in sizes if p >= 8]
+    for n in counts:
+        for delay in settings.delays_us:
+            for pref in preferred:
+                out.append(replace(cur, dynamic_batching=True, preferred_batch_sizes=pref,
+                                   max_queue_delay_us=delay, instance_count=n))
+    return [c for c in dict.fromkeys(out) if _feasible(c, obs)]
+
+
+def _run(config: BatcherConfig, service: ServiceModel, load: OpenLoad | ClosedLoad,
+         requests: int, seed: int) -> SimResult:
+    return simulate(config, service, load, requests=requests, seed=seed)
+
+
+def _confidence(obs: Observation, proposed: BatcherConfig, kind: str) -> float:
+    if kind == "probe" or obs.fit is None:
+        return 0.3
+    fit = obs.fit
+    largest = max(proposed.preferred_batch_sizes or (proposed.max_batch_size,))
+    uncertainty = fit.relative_uncertainty(min(largest, proposed.max_batch_size))
+    confidence = 0.95 - min(uncertainty, 0.6)
+    if largest > fit.max_observed_batch:  # extrapolating the service-time line
+        confidence -= 0.15
+    if proposed.instance_count != obs.batcher.instance_count:
+        confidence -= 0.1  # instance scaling is modelled, not observed
+    if fit.executions < 200:
+        confidence -= 0.2
+    return round(min(max(confidence, 0.05), 0.95), 2)
+
+
+def _observed(obs: Observation, current_sim: Prediction | None) -> Prediction:
+    p95 = (obs.server_p95_ms + obs.think_ms if obs.server_p95_ms is not None
+           else current_sim.p95_ms if current_sim else float("nan"))
+    return Prediction(qps=obs.rates.requests_per_s, p95_ms=p95,
+                      avg_batch_size=obs.rates.avg_batch_size, busy_share=obs.rates.busy_share)
+
+
+def _describe(config: BatcherConfig) -> str:
+    if not config.dynamic_batching:
+        return f"no dynamic batching, {config.instance_count} instance(s)"
+    pref = f"preferred {list(config.preferred_batch_sizes)}" if config.preferred_batch_sizes \
+        else "no preferred sizes"
+    return (f"dynamic batching ({pref}, delay {config.max_queue_delay_us} µs), "
+            f"{config.instance_count} instance(s)")
+
+
+def _finish(obs: Observation, kind: str, proposed: BatcherConfig, current: Prediction,
+            predicted: Prediction, reason: str, slo: float | None, confidence: float,
+            evidence: dict[str, float | int | str | bool | None], now: float) -> Recommendation:
+    doc = config_with(obs.config.raw_json, proposed)
+    return Recommendation(
+        target=obs.target, model=obs.model, created_at=now, kind=kind,
+        changes=config_changes(obs.batcher, proposed), current_config=obs.batcher,
+        proposed_config=proposed, current=current, predicted=predicted,
+        confidence=confidence, reason=reason, slo_p95_ms=slo,
+        config_pbtxt=render_pbtxt(proposed, instance_kind=obs.config.instance_kind),
+        config_json=json.dumps(doc, sort_keys=True), evidence={**obs.evidence, **evidence})
+
+
+def recommend_from_observation(obs: Observation, *, slo_p95_ms: float | None = None,
+                               settings: RecommendSettings = RecommendSettings(),
+                               now: float | None = None) -> Recommendation:
+    """The best config for the observed load (see the module docstring)."""
+    now = time.time() if now is None else now
+    cur = obs.batcher
+    base_evidence: dict[str, float | int | str | bool | None] = {
+        "in_server": round(obs.in_server, 2), "population": obs.population,
+        "think_ms": round(obs.think_ms, 3), "overhead_ms": round(obs.overhead_ms, 3),
+        "cpu_fraction": round(obs.cpu_fraction, 3), "cores_available": obs.cores_available,
+        "window_s": round(obs.window_end - obs.window_start, 1),
+    }
+    concurrent = obs.in_server >= 1.5 or (obs.pending_mean or 0.0) >= 1.0
+    single_size = obs.fit is None or obs.fit.per_sample_ms is None
+
+    if single_size:
+        observed = _observed(obs, None)
+        if not cur.dynamic_batching and concurrent and cur.max_batch_size > 1:
+            proposed = replace(cur, dynamic_batching=True, preferred_batch_sizes=(),
+                               max_queue_delay_us=0)
+            predicted = observed
+            if obs.fit is not None:
+                # Pessimistic bound: a batch of b costs b single executions (no gain).
+                sim = _run(proposed, _service(obs, per_sample_ms=obs.fit.intercept_ms),
+                           _load(obs), settings.final_requests, settings.seed)
+                predicted = _as_prediction(sim, obs)
+            reason = (f"{obs.in_server:.1f} requests are in the server at once on average but "
+                      f"run one at a time, and only batch size 1 has been seen, so how the "
+                      f"model's cost grows with batch size is not known yet. Dynamic batching "
+                      f"with no delay only groups requests that are already waiting (no added "
+                      f"wait); apply it to learn the cost curve, then ask again for the tuned "
+                      f"config. The prediction assumes the worst case, no gain.")
+            return _finish(obs, "probe", proposed, observed, predicted, reason, slo_p95_ms,
+                           _confidence(obs, proposed, "probe"), base_evidence, now)
+        reason = ("requests do not overlap, so batching has nothing to group" if not concurrent
+                  else "only batch size 1 has been seen; keep observing")
+        return _finish(obs, "no_change", cur, observed, observed, reason, slo_p95_ms, 0.3,
+                       base_evidence, now)
+
+    service = _service(obs)
+    load = _load(obs)
+    current_sim = _as_prediction(_run(cur, service, load, settings.final_requests,
+                                      settings.seed), obs)
+    observed = _observed(obs, current_sim)
+    limit = slo_p95_ms if slo_p95_ms is not None else current_sim.p95_ms * settings.latency_margin
+
+    screened: list[tuple[BatcherConfig, Prediction]] = []
+    for candidate in _candidates(obs, settings):
+        screened.append((candidate, _as_prediction(
+            _run(candidate, service, load, settings.screen_requests, settings.seed), obs)))
+    # The finalists get longer runs; near-ties go to the simpler, cheaper config.
+    screened.sort(key=lambda cp: -cp[1].qps if cp[1].p95_ms <= limit * 1.05 else cp[1].p95_ms)
+    finalists = [c for c, _ in screened[:settings.finalists]]
+    if cur not in finalists:
+        finalists.append(cur)
+    results = [(c, _as_prediction(_run(c, service, load, settings.final_requests,
+                                        settings.seed), obs)) for c in finalists]
+    meeting = [(c, p) for c, p in results if p.p95_ms <= limit]
+    evidence = {**base_evidence, "p95_limit_ms": round(limit, 3),
+                "current_predicted_qps": round(current_sim.qps, 1),
+                "current_predicted_p95_ms": round(current_sim.p95_ms, 3),
+                "candidates": len(screened)}
+    if not meeting:
+        best_c, best_p = min(results, key=lambda cp: cp[1].p95_ms)
+    else:
+        top = max(p.qps for _, p in meeting)
+        near = [(c, p) for c, p in meeting if p.qps >= top * 0.99]
+        best_c, best_p = min(near, key=lambda cp: (
+            cp[1].p95_ms, cp[0].instance_count, len(config_changes(cur, cp[0])),
+            cp[0].max_queue_delay_us))
+    cur_p = next(p for c, p in results if c == cur)
+    gain = best_p.qps / cur_p.qps if cur_p.qps > 0 else math.inf
+    better_latency = best_p.p95_ms < cur_p.p95_ms * (1 - settings.min_gain)
+    if best_c == cur or (gain < 1 + settings.min_gain and not better_latency):
+        reason = (f"the current config ({_describe(cur)}) is already the best the batcher "
+                  f"model found for this load: {cur_p.qps:.0f} QPS at p95 "
+                  f"{cur_p.p95_ms:.1f} ms; no candidate beat it by {settings.min_gain:.0%}")
+        if obs.fit.per_sample_ms is not None and obs.fit.intercept_ms < obs.fit.per_sample_ms:
+            reason += (f" (an execution costs {obs.fit.intercept_ms:.2f} ms plus "
+                       f"{obs.fit.per_sample_ms:.2f} ms per sample, so batching saves little)")
+        return _finish(obs, "no_change", cur, observed, cur_p, reason, slo_p95_ms,
+                       _confidence(obs, cur, "no_change"), evidence, now)
+
+    fit = obs.fit
+    cost = (f"an execution costs {fit.intercept_ms:.2f} ms fixed plus "
+            f"{fit.per_sample_ms:.2f} ms per sample (fitted from "
+            f"{fit.executions} executions at {len(fit.points)} batch sizes)")
+    objective = (f"p95 ≤ {slo_p95_ms:g} ms" if slo_p95_ms is not None
+                 else f"p95 no more than {settings.latency_margin - 1:.0%} above the current")
+    load_text = (f"{obs.population} concurrent clients" if obs.population is not None
+                 else f"{obs.rates.requests_per_s:.0f} requests/s")
+    reason = (f"{cost}. At the observed load ({load_text}) {_describe(best_c)} is predicted to "
+              f"serve {best_p.qps:.0f} QPS ({gain:.2f}× the current {cur_p.qps:.0f}) at p95 "
+              f"{best_p.p95_ms:.1f} ms (now {cur_p.p95_ms:.1f} ms), within the objective "
+              f"({objective}).")
+    if not meeting:
+        reason = (f"no candidate meets the objective ({objective}); {_describe(best_c)} comes "
+                  f"closest with p95 {best_p.p95_ms:.1f} ms. " + cost)
+    return _finish(obs, "tune", best_c, observed, best_p, reason, slo_p95_ms,
+                   _confidence(obs, best_c, "tune"), evidence, now)
+
+
+def recommend_model(store: Store, target: str, model: str, *, slo_p95_ms: float | None = None,
+                    window_s: float = 30.0, now: float | None = None,
+                    settings: RecommendSettings | None = None) -> Recommendation | None:
+    """Observe ``model`` over the last ``window_s`` seconds and recommend; None when the
+    store holds too little traffic for it."""
+    settings = replace(settings or RecommendSettings(), window_s=window_s)
+    obs = observe_model(store, target, model, settings=settings, now=now)
+    if obs is None:
+        return None
+    return recommend_from_observation(obs, slo_p95_ms=slo_p95_ms, settings=settings, now=now)
+
+
+def recommendation_to_dict(rec: Recommendation) -> dict[str, object]:
+    """JSON-ready form; ``recommendation_from_dict`` reads it back."""
+    return asdict(rec)
+
+
+def recommendation_from_dict(doc: dict[str, Any]) -> Recommendation:
+    def batcher(d: dict[str, Any]) -> BatcherConfig:
+        return BatcherConfig(**{**d, "preferred_batch_sizes": tuple(d["preferred_batch_sizes"])})
+
+    return Recommendation(**{
+        **doc,
+        "changes": tuple(ConfigChange(**c) for c in doc["changes"]),
+        "current_config": batcher(doc["current_config"]),
+        "proposed_config": batcher(doc["proposed_config"]),
+        "current": Prediction(**doc["current"]),
+        "predicted": Prediction(**doc["predicted"]),
+    })
