@@ -18,6 +18,7 @@ YAML file (all keys optional)::
     sources: [triton, nvml, host]
     backoff_max_s: 60
     jitter_s: 0.5
+    analysis_every_s: 15           # detectors run this often
     retention: {raw_keep_s: 604800, rollup_keep_s: 7776000, rollup_bucket_s: 300,
                 every_s: 300}
 
@@ -82,11 +83,12 @@ class Settings:
     sources: tuple[str, ...] = ("triton", "nvml", "host")
     backoff_max_s: float = 60.0
     jitter_s: float = 0.5
+    analysis_every_s: float = 15.0
     retention: RetentionSettings = field(default_factory=RetentionSettings)
 
 
 _SCALAR_FIELDS = ("db_url", "interval_s", "duration_s", "timeout_s", "max_response_bytes",
-                  "backoff_max_s", "jitter_s")
+                  "backoff_max_s", "jitter_s", "analysis_every_s")
 
 
 def target_from_url(url: str, metrics_url: str | None = None, name: str | None = None,
@@ -297,7 +299,7 @@ def load_settings(*, config_file: str | Path | None = None,
             raise ConfigError("metrics_url", f"given without a Triton URL ({origin})")
         if "db_url" in layer:
             changes["db_url"] = _check_db_url(layer["db_url"])
-        for key in ("interval_s", "timeout_s", "backoff_max_s"):
+        for key in ("interval_s", "timeout_s", "backoff_max_s", "analysis_every_s"):
             if key in layer:
                 changes[key] = _number(layer[key], key)
         if "jitter_s" in layer:

@@ -68,10 +68,13 @@ class CollectorService:
     """Runs the sources on a schedule and writes what they return to the store."""
 
     def __init__(self, settings: Settings, store: Store, sources: Sequence[Source], *,
+                 analyses: Sequence[Callable[[Store, float], object]] = (),
                  clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.store = store
         self.sources = list(sources)
+        # Run every ``analysis_every_s`` over what the store holds (detectors, ...).
+        self.analyses = list(analyses)
         self._clock = clock
         self._health: dict[tuple[str, str], SourceHealth] = {}
         # The previous counter sample of each series, for per-scrape rates.
@@ -178,6 +181,15 @@ class CollectorService:
         except Exception:
             log.exception("housekeeping failed; raw samples are kept until the next run")
 
+    def run_analyses(self) -> None:
+        now = self._clock()
+        for analysis in self.analyses:
+            try:
+                analysis(self.store, now)
+            except Exception:
+                log.exception("analysis %s failed; it runs again next time",
+                              getattr(analysis, "__name__", analysis))
+
     # ------------------------------------------------------------------ scheduling
 
     def start(self) -> None:
@@ -195,6 +207,10 @@ class CollectorService:
                 self._run_job, IntervalTrigger(seconds=interval, jitter=self.settings.jitter_s),
                 args=[source], id=f"{source.name}:{source.target}",
                 next_run_time=first + timedelta(seconds=0.05 * i))
+        if self.analyses:
+            self._scheduler.add_job(self.run_analyses,
+                                    IntervalTrigger(seconds=self.settings.analysis_every_s),
+                                    id="analysis")
         self._scheduler.add_job(self.run_housekeeping,
                                 IntervalTrigger(seconds=self.settings.retention.every_s),
                                 id="housekeeping")

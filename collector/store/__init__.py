@@ -6,6 +6,7 @@ SQLAlchemy schema behind it, for this package's use only.
 """
 
 from collector.store.rows import (
+    DetectorStreak,
     DeviceRollup,
     ModelRollup,
     RetentionReport,
@@ -24,6 +25,7 @@ __all__ = [
     "HOST_KIND",
     "PRIMARY_SOURCE",
     "TRITON_KIND",
+    "DetectorStreak",
     "DeviceRollup",
     "ModelRollup",
     "RetentionReport",

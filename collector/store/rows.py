@@ -13,6 +13,7 @@ from typing import Any
 from collector.records import DeviceSample, ModelConfig, ProcessSample, ServerMetrics
 
 __all__ = [
+    "DetectorStreak",
     "DeviceRollup",
     "ModelRollup",
     "RetentionReport",
@@ -202,6 +203,29 @@ class StoredFinding:
     evidence: dict[str, Any]
     created_at: float
     resolved_at: float | None = None
+
+
+@dataclass(frozen=True)
+class DetectorStreak:
+    """How many consecutive evaluations a detector's condition on one (kind, target,
+    subject) has held or been clear: the hysteresis state of ``collector.analysis.detect``.
+
+    ``since`` is the start of the window in which the current holding streak began
+    (``None`` while it is not holding); ``evaluated_at`` is the ``now`` of the latest
+    evaluation that counted.
+    """
+
+    kind: str
+    target: str
+    subject: str
+    holding: int = 0
+    clearing: int = 0
+    since: float | None = None
+    evaluated_at: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.kind, self.target, self.subject)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 __all__ = [
     "Base",
     "BatchStatRow",
+    "DetectorStreakRow",
     "DeviceRollupRow",
     "DeviceSampleRow",
     "FindingRow",
@@ -421,6 +422,24 @@ class FindingRow(Base):
     evidence: Mapped[dict[str, Any]]
     created_at: Mapped[float]
     resolved_at: Mapped[float | None]
+
+
+class DetectorStreakRow(Base):
+    """Hysteresis state of one (kind, target, subject): see ``rows.DetectorStreak``.
+    Kept in the store so a restarted process, or a one-shot CLI run, continues the
+    count instead of starting over."""
+
+    __tablename__ = "detector_streaks"
+    __table_args__ = (UniqueConstraint("kind", "target", "subject"),)
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    kind: Mapped[str]
+    target: Mapped[str]
+    subject: Mapped[str]
+    holding: Mapped[int] = mapped_column(Integer)
+    clearing: Mapped[int] = mapped_column(Integer)
+    since: Mapped[float | None]
+    evaluated_at: Mapped[float]
 
 
 class RecommendationRow(Base):

@@ -59,6 +59,7 @@ from collector.records import (
     TritonSnapshot,
 )
 from collector.store.rows import (
+    DetectorStreak,
     DeviceRollup,
     ModelRollup,
     RetentionReport,
@@ -74,6 +75,7 @@ from collector.store.rows import (
 from collector.store.schema import (
     Base,
     BatchStatRow,
+    DetectorStreakRow,
     DeviceRollupRow,
     DeviceSampleRow,
     FindingRow,
@@ -767,6 +769,79 @@ class Store:
             stmt = stmt.where(FindingRow.created_at >= since)
         with self._read() as session:
             return [_record_from(StoredFinding, r) for r in session.execute(stmt).mappings()]
+
+    def active_findings(
+        self, *, target: str | None = None, kind: str | None = None
+    ) -> list[StoredFinding]:
+        """Findings not resolved yet, oldest first."""
+        stmt = (
+            select(*_columns(FindingRow))
+            .where(FindingRow.resolved_at.is_(None))
+            .order_by(FindingRow.created_at, FindingRow.id)
+        )
+        if target is not None:
+            stmt = stmt.where(FindingRow.target == target)
+        if kind is not None:
+            stmt = stmt.where(FindingRow.kind == kind)
+        with self._read() as session:
+            return [_record_from(StoredFinding, r) for r in session.execute(stmt).mappings()]
+
+    def update_finding(
+        self,
+        finding_id: int,
+        *,
+        severity: str,
+        summary: str,
+        window_end: float,
+        evidence: Mapping[str, Any],
+    ) -> StoredFinding:
+        """Refresh an open finding with a newer evaluation of the same condition and
+        return it. ``window_start`` and ``created_at`` stay: the finding reads as "held
+        from window_start to window_end". Raises ``KeyError`` when there is no finding
+        ``finding_id`` and ``ValueError`` when it is resolved (resolved findings are
+        history; a condition that returns opens a new one)."""
+        with self._write() as session:
+            row = session.get(FindingRow, finding_id)
+            if row is None:
+                raise KeyError(f"no finding with id {finding_id}")
+            if row.resolved_at is not None:
+                raise ValueError(f"finding {finding_id} was resolved at {row.resolved_at}")
+            row.severity = severity
+            row.summary = summary
+            row.window_end = float(window_end)
+            row.evidence = dict(evidence)
+            session.flush()
+            return _record_from(StoredFinding, _orm_values(row))
+
+    def resolve_finding(self, finding_id: int, at: float) -> StoredFinding:
+        """Mark a finding resolved at ``at`` and return it. Resolving a resolved finding
+        keeps its first ``resolved_at``. Raises ``KeyError`` when there is none."""
+        with self._write() as session:
+            row = session.get(FindingRow, finding_id)
+            if row is None:
+                raise KeyError(f"no finding with id {finding_id}")
+            if row.resolved_at is None:
+                row.resolved_at = float(at)
+            session.flush()
+            return _record_from(StoredFinding, _orm_values(row))
+
+    def detector_streaks(self) -> list[DetectorStreak]:
+        """The detectors' hysteresis state, ordered by (kind, target, subject)."""
+        stmt = select(*_columns(DetectorStreakRow)).order_by(
+            DetectorStreakRow.kind, DetectorStreakRow.target, DetectorStreakRow.subject
+        )
+        with self._read() as session:
+            return [_record_from(DetectorStreak, r) for r in session.execute(stmt).mappings()]
+
+    def replace_detector_streaks(self, streaks: Iterable[DetectorStreak]) -> None:
+        """Replace the whole hysteresis state with ``streaks`` in one transaction (one
+        evaluation's outcome; the set is small: only subjects with a streak going or an
+        open finding). Two streaks with the same (kind, target, subject) are an error."""
+        rows = [asdict(s) for s in streaks]
+        with self._write() as session:
+            _delete(session, delete(DetectorStreakRow))
+            if rows:
+                session.execute(insert(DetectorStreakRow), rows)
 
     def add_recommendation(
         self,
