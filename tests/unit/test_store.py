@@ -28,6 +28,7 @@ from collector.records import (
     TritonSnapshot,
 )
 from collector.store import (
+    DetectorStreak,
     RetentionReport,
     Store,
     StoredDevice,
@@ -624,3 +625,71 @@ def test_in_memory_sqlite_is_shared_between_threads() -> None:
         worker.start()
         worker.join()
         assert len(store.model_samples()) == 2
+
+
+# --------------------------------------------------------------------------- findings lifecycle
+
+
+def add_open_finding(store: Store, kind: str = "queue_saturation", subject: str = "resnet") -> int:
+    return store.add_finding(
+        kind=kind,
+        severity="warning",
+        target="triton-a",
+        subject=subject,
+        summary="queue 60% of request time",
+        window_start=T0,
+        window_end=T0 + 60,
+        evidence={"queue_share": 0.6},
+        created_at=T0 + 60,
+    )
+
+
+def test_finding_is_updated_then_resolved(store: Store) -> None:
+    fid = add_open_finding(store)
+    other = add_open_finding(store, kind="idle_capacity", subject="GPU-aaaa")
+    assert [f.id for f in store.active_findings()] == [fid, other]
+    assert [f.id for f in store.active_findings(kind="idle_capacity")] == [other]
+    assert store.active_findings(target="triton-b") == []
+
+    updated = store.update_finding(
+        fid,
+        severity="critical",
+        summary="queue 90% of request time",
+        window_end=T0 + 120,
+        evidence={"queue_share": 0.9, "reasons": "queue_share"},
+    )
+    assert updated == store.active_findings(kind="queue_saturation")[0]  # as stored
+    assert (updated.severity, updated.window_start, updated.window_end, updated.created_at) == (
+        "critical",
+        T0,
+        T0 + 120,
+        T0 + 60,
+    )
+    assert updated.evidence == {"queue_share": 0.9, "reasons": "queue_share"}
+
+    resolved = store.resolve_finding(fid, T0 + 300)
+    assert resolved.resolved_at == T0 + 300
+    assert store.resolve_finding(fid, T0 + 900).resolved_at == T0 + 300  # the first time stays
+    assert [f.id for f in store.active_findings()] == [other]
+    assert [f.resolved_at for f in store.findings(kind="queue_saturation")] == [T0 + 300]
+    with pytest.raises(ValueError, match="resolved"):
+        store.update_finding(fid, severity="info", summary="", window_end=T0, evidence={})
+    with pytest.raises(KeyError):
+        store.update_finding(404, severity="info", summary="", window_end=T0, evidence={})
+    with pytest.raises(KeyError):
+        store.resolve_finding(404, T0)
+
+
+def test_detector_streaks_are_replaced_whole(store: Store) -> None:
+    assert store.detector_streaks() == []
+    first = [
+        DetectorStreak("queue_saturation", "triton-a", "resnet", 2, 0, T0, T0 + 120),
+        DetectorStreak("idle_capacity", "host-1", "GPU-aaaa", 0, 1, None, T0 + 120),
+    ]
+    store.replace_detector_streaks(first)
+    assert store.detector_streaks() == sorted(first, key=lambda s: s.key)
+    second = [replace(first[0], holding=3, evaluated_at=T0 + 180)]
+    store.replace_detector_streaks(second)
+    assert store.detector_streaks() == second
+    store.replace_detector_streaks([])
+    assert store.detector_streaks() == []
