@@ -38,6 +38,8 @@ from collector.store import Store
 __all__ = ["CollectorService", "SourceHealth", "build_sources"]
 
 log = logging.getLogger("batchscope.collector")
+_job_logger = logging.getLogger("batchscope.collector.jobs")
+_job_logger.setLevel(logging.ERROR)
 
 
 def build_sources(settings: Settings) -> list[Source]:
@@ -199,6 +201,9 @@ class CollectorService:
             job_defaults={"max_instances": 1, "coalesce": True,
                           "misfire_grace_time": max(int(interval), 1)},
             timezone="UTC",
+            # A run skipped because the previous one is still going is expected under
+            # max_instances=1 (a slow target); it is not worth a warning per tick.
+            logger=_job_logger,
         )
         first = datetime.now().astimezone()
         for i, source in enumerate(self.sources):

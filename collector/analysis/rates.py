@@ -22,8 +22,10 @@ __all__ = [
     "batch_stats_increase",
     "counter_increase",
     "is_reset",
+    "metrics_reset",
     "rates_between",
     "rates_from_increase",
+    "stats_reset",
     "window_rates",
 ]
 
@@ -66,14 +68,25 @@ _CORE_COUNTERS = ("request_success", "inference_count", "exec_count", "request_d
                   "queue_duration_us", "compute_infer_duration_us")
 
 
+def metrics_reset(prev: ModelSample, cur: ModelSample) -> bool:
+    """True when a core counter of the metrics endpoint went down (Triton restarted)."""
+    return any(getattr(cur.metrics, name) < getattr(prev.metrics, name)
+               for name in _CORE_COUNTERS)
+
+
+def stats_reset(prev: ModelSample, cur: ModelSample) -> bool:
+    """True when the statistics API's counters went down. A model reload restarts them
+    while the metrics endpoint's counters of the same model may keep counting, so the
+    two sources are segmented separately."""
+    if prev.stats is None or cur.stats is None:
+        return False
+    return (cur.stats.execution_count < prev.stats.execution_count
+            or cur.stats.inference_count < prev.stats.inference_count)
+
+
 def is_reset(prev: ModelSample, cur: ModelSample) -> bool:
     """True when the pair straddles a restart or reload (a core counter went down)."""
-    if any(getattr(cur.metrics, name) < getattr(prev.metrics, name) for name in _CORE_COUNTERS):
-        return True
-    if prev.stats is not None and cur.stats is not None:
-        return (cur.stats.execution_count < prev.stats.execution_count
-                or cur.stats.inference_count < prev.stats.inference_count)
-    return False
+    return metrics_reset(prev, cur) or stats_reset(prev, cur)
 
 
 def _increase(prev: float, cur: float, reset: bool) -> float:
@@ -109,7 +122,8 @@ def _duration_increase(prev: Duration, cur: Duration) -> Duration:
 
 def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
     """Increases between two consecutive samples of the same series."""
-    reset = is_reset(prev, cur)
+    reset = metrics_reset(prev, cur)
+    reloaded = stats_reset(prev, cur)
     p, c = prev.metrics, cur.metrics
     failures = {
         reason: _increase(p.request_failure_by_reason.get(reason, 0.0), value, reset)
@@ -119,7 +133,7 @@ def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
     if cur.stats is not None:
         batch_ns = float(sum(b.compute_ns for b in batch_stats_increase(
             prev.stats.batch_stats if prev.stats else None, cur.stats.batch_stats,
-            reset=reset or prev.stats is None)))
+            reset=reset or reloaded or prev.stats is None)))
     return CounterIncrease(
         seconds=max(cur.collected_at - prev.collected_at, 0.0),
         request_success=_increase(p.request_success, c.request_success, reset),
@@ -135,7 +149,7 @@ def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
         compute_output_duration_us=_increase(p.compute_output_duration_us,
                                              c.compute_output_duration_us, reset),
         batch_compute_ns=batch_ns,
-        resets=1 if reset else 0,
+        resets=1 if reset or reloaded else 0,
     )
 
 

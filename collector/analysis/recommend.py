@@ -36,7 +36,7 @@ from typing import Any
 from collector.analysis.batcher_sim import ClosedLoad, OpenLoad, ServiceModel, SimResult, simulate
 from collector.analysis.configs import config_changes, config_with, render_pbtxt
 from collector.analysis.fit import ServiceTimeFit, arrival_stats, fit_service_time
-from collector.analysis.rates import batch_stats_increase, is_reset, window_rates
+from collector.analysis.rates import batch_stats_increase, stats_reset, window_rates
 from collector.records import (
     BatcherConfig,
     BatchStat,
@@ -61,6 +61,7 @@ __all__ = [
 ]
 
 REQUEST_SUMMARY = "nv_inference_request_summary_us"
+SUMMARY_MAX_AGE_S = 60.0  # prometheus-cpp's default sliding window for summaries
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def _summed_increase(samples: Sequence[ModelSample]) -> tuple[BatchStat, ...]:
     for prev, cur in zip(samples, samples[1:], strict=False):
         if cur.stats is None:
             continue
-        reset = is_reset(prev, cur) or prev.stats is None
+        reset = stats_reset(prev, cur) or prev.stats is None
         for b in batch_stats_increase(prev.stats.batch_stats if prev.stats else None,
                                       cur.stats.batch_stats, reset=reset):
             t = totals.setdefault(b.batch_size, [0, 0, 0, 0])
@@ -204,7 +205,10 @@ def observe_model(store: Store, target: str, model: str, *,
                                      window[0].collected_at, end)
     p95 = None
     summary = window[-1].metrics.summary_quantiles_us.get(REQUEST_SUMMARY)
-    if summary and 0.95 in summary:
+    # Triton's summary quantiles cover a sliding minute that may still hold requests
+    # served under the previous config; only trust them a minute after a change.
+    changed_at = stored.collected_at
+    if summary and 0.95 in summary and end - changed_at >= SUMMARY_MAX_AGE_S:
         p95 = summary[0.95] / 1000.0
     pending = [s.metrics.pending_request_count for s in window
                if s.metrics.pending_request_count is not None]

@@ -105,3 +105,19 @@ def test_idle_window_has_zero_rates_and_no_ratios() -> None:
     r = rates_between(a, b)
     assert r.requests_per_s == 0.0
     assert r.avg_batch_size is None and r.queue_share is None and r.queue_us_per_request is None
+
+
+def test_model_reload_resets_only_the_statistics_counters() -> None:
+    # A reload restarts the statistics API's counters; the metrics endpoint keeps counting.
+    a = sample(0.0, success=10_000, inferences=10_000, execs=10_000, queue_us=1e6, request_us=1e7,
+               batches={1: (10_000, 50_000_000_000)})
+    b = sample(1.0, success=10_100, inferences=10_100, execs=10_050, queue_us=1.01e6,
+               request_us=1.01e7, batches={2: (50, 500_000_000)})
+    b = ModelSample(target=b.target, collected_at=b.collected_at, metrics=b.metrics,
+                    stats=ModelStats(model="m", version="1", inference_count=100,
+                                     execution_count=50, batch_stats=b.stats.batch_stats))
+    r = rates_between(a, b, instance_count=1)
+    assert r.requests_per_s == 100.0  # not 10 100: the metrics counters did not reset
+    assert r.avg_batch_size == 2.0
+    assert r.busy_share == pytest.approx(0.5)  # batch_stats since the reload only
+    assert r.resets == 1
