@@ -70,10 +70,12 @@ class RecommendSettings:
 
     window_s: float = 30.0  # the load the prediction is for
     lookback_s: float = 900.0  # batch_stats and population are taken over this much history
+    settle_s: float = 5.0  # ignore this long after a config change
     delays_us: tuple[int, ...] = (0, 100, 250, 500, 1000, 2000, 5000, 10000)
     max_instances: int = 4
     latency_margin: float = 1.10  # without an SLO: p95 may rise at most 10 %
     min_gain: float = 0.03  # a change must beat the current config by this much
+    instance_gain: float = 0.10  # each extra instance must add this much throughput
     screen_requests: int = 4000  # requests per simulation while screening candidates
     final_requests: int = 20000  # requests per simulation for the finalists
     finalists: int = 8
@@ -158,13 +160,20 @@ def observe_model(store: Store, target: str, model: str, *,
     if len(history) < 3:
         return None
     end = history[-1].collected_at
-    window = [s for s in history if s.collected_at >= end - settings.window_s]
-    rates = window_rates(window)
     stored = store.latest_model_configs(target).get((target, model))
-    if rates is None or rates.requests_per_s <= 0 or stored is None:
+    if stored is None:
+        return None
+    # The load must have been served by the current config, after it settled: a fresh
+    # (re)load runs slower for its first seconds.
+    start = max(end - settings.window_s, stored.collected_at + settings.settle_s)
+    window = [s for s in history if s.collected_at >= start]
+    if len(window) < 3:
         return None
     config = stored.config
     batcher = BatcherConfig.from_model_config(config)
+    rates = window_rates(window, instance_count=batcher.instance_count)
+    if rates is None or rates.requests_per_s <= 0:
+        return None
 
     batches = _summed_increase(history)
     fit = fit_service_time(batches)
@@ -251,15 +260,43 @@ def _cpu_share(store: Store, target: str, model: str, config: ModelConfig, rates
 # ------------------------------------------------------------------ predicting
 
 
-def _service(obs: Observation, *, per_sample_ms: float | None = None) -> ServiceModel:
+def _service(obs: Observation, *, per_sample_ms: float | None = None,
+             scale: float = 1.0) -> ServiceModel:
     fit = obs.fit
     assert fit is not None
 
     def mean_ms(batch: int) -> float:
-        return fit.mean_ms(batch, per_sample_ms=per_sample_ms)
+        return fit.mean_ms(batch, per_sample_ms=per_sample_ms) * scale
 
     return ServiceModel(mean_ms=mean_ms, cv=fit.residual_cv, cpu_fraction=obs.cpu_fraction,
-                        cores=obs.cores_available, overhead_ms=obs.overhead_ms)
+                        cores=obs.cores_available, overhead_ms=obs.overhead_ms * scale)
+
+
+def _calibrated_scale(obs: Observation, load: OpenLoad | ClosedLoad,
+                      settings: RecommendSettings, *, per_sample_ms: float | None = None,
+                      ) -> float:
+    """The factor on service time that makes the model reproduce the observed mean
+    request time under the current config.
+
+    What the fit cannot see (input copies, Python-backend IPC, CPU shared with other
+    processes) makes real executions take longer than ``batch_stats`` says; one scalar,
+    fitted at the operating point, carries that over to every candidate. Bisection on
+    log(scale) within [1/4, 4].
+    """
+    target_ms = (obs.rates.request_us_per_request or 0.0) / 1000.0
+    if target_ms <= 0:
+        return 1.0
+    lo, hi = math.log(0.25), math.log(4.0)
+    for _ in range(8):
+        mid = (lo + hi) / 2
+        result = _run(obs.batcher, _service(obs, per_sample_ms=per_sample_ms,
+                                            scale=math.exp(mid)),
+                      load, settings.screen_requests, settings.seed)
+        if result.mean_latency_ms < target_ms:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp((lo + hi) / 2)
 
 
 def _load(obs: Observation) -> OpenLoad | ClosedLoad:
@@ -351,6 +388,29 @@ def _finish(obs: Observation, kind: str, proposed: BatcherConfig, current: Predi
         config_json=json.dumps(doc, sort_keys=True), evidence={**obs.evidence, **evidence})
 
 
+def _choose(meeting: list[tuple[BatcherConfig, Prediction]], cur: BatcherConfig,
+            settings: RecommendSettings) -> tuple[BatcherConfig, Prediction]:
+    """The most throughput; near-ties go to lower p95, then the simpler change. Every
+    extra instance costs device memory, so a higher count must earn
+    ``instance_gain`` more throughput than the best config with fewer instances."""
+    def best_of(options: list[tuple[BatcherConfig, Prediction]]
+                ) -> tuple[BatcherConfig, Prediction]:
+        top = max(p.qps for _, p in options)
+        near = [(c, p) for c, p in options if p.qps >= top * 0.99]
+        return min(near, key=lambda cp: (cp[1].p95_ms, len(config_changes(cur, cp[0])),
+                                         cp[0].max_queue_delay_us))
+
+    by_count: dict[int, tuple[BatcherConfig, Prediction]] = {}
+    for n in sorted({c.instance_count for c, _ in meeting}):
+        by_count[n] = best_of([(c, p) for c, p in meeting if c.instance_count == n])
+    counts = sorted(by_count)
+    chosen = by_count[counts[0]]
+    for n in counts[1:]:
+        if by_count[n][1].qps >= chosen[1].qps * (1 + settings.instance_gain):
+            chosen = by_count[n]
+    return chosen
+
+
 def recommend_from_observation(obs: Observation, *, slo_p95_ms: float | None = None,
                                settings: RecommendSettings = RecommendSettings(),
                                now: float | None = None) -> Recommendation:
@@ -374,8 +434,11 @@ def recommend_from_observation(obs: Observation, *, slo_p95_ms: float | None = N
             predicted = observed
             if obs.fit is not None:
                 # Pessimistic bound: a batch of b costs b single executions (no gain).
-                sim = _run(proposed, _service(obs, per_sample_ms=obs.fit.intercept_ms),
-                           _load(obs), settings.final_requests, settings.seed)
+                load = _load(obs)
+                slope = obs.fit.intercept_ms
+                scale = _calibrated_scale(obs, load, settings, per_sample_ms=slope)
+                sim = _run(proposed, _service(obs, per_sample_ms=slope, scale=scale),
+                           load, settings.final_requests, settings.seed)
                 predicted = _as_prediction(sim, obs)
             reason = (f"{obs.in_server:.1f} requests are in the server at once on average but "
                       f"run one at a time, and only batch size 1 has been seen, so how the "
@@ -390,8 +453,9 @@ def recommend_from_observation(obs: Observation, *, slo_p95_ms: float | None = N
         return _finish(obs, "no_change", cur, observed, observed, reason, slo_p95_ms, 0.3,
                        base_evidence, now)
 
-    service = _service(obs)
     load = _load(obs)
+    scale = _calibrated_scale(obs, load, settings)
+    service = _service(obs, scale=scale)
     current_sim = _as_prediction(_run(cur, service, load, settings.final_requests,
                                       settings.seed), obs)
     observed = _observed(obs, current_sim)
@@ -412,15 +476,12 @@ def recommend_from_observation(obs: Observation, *, slo_p95_ms: float | None = N
     evidence = {**base_evidence, "p95_limit_ms": round(limit, 3),
                 "current_predicted_qps": round(current_sim.qps, 1),
                 "current_predicted_p95_ms": round(current_sim.p95_ms, 3),
+                "service_scale": round(scale, 3),
                 "candidates": len(screened)}
     if not meeting:
         best_c, best_p = min(results, key=lambda cp: cp[1].p95_ms)
     else:
-        top = max(p.qps for _, p in meeting)
-        near = [(c, p) for c, p in meeting if p.qps >= top * 0.99]
-        best_c, best_p = min(near, key=lambda cp: (
-            cp[1].p95_ms, cp[0].instance_count, len(config_changes(cur, cp[0])),
-            cp[0].max_queue_delay_us))
+        best_c, best_p = _choose(meeting, cur, settings)
     cur_p = next(p for c, p in results if c == cur)
     gain = best_p.qps / cur_p.qps if cur_p.qps > 0 else math.inf
     better_latency = best_p.p95_ms < cur_p.p95_ms * (1 - settings.min_gain)
