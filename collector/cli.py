@@ -27,6 +27,7 @@ def _add_common_db(parser: argparse.ArgumentParser) -> None:
 def _cmd_collect(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
+    from collector.analysis.detect import detector_job
     from collector.config import load_settings
     from collector.scheduler import CollectorService, build_sources
     from collector.sources import SOURCES
@@ -42,7 +43,8 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         raise ConfigError("targets", "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
                                      "or list targets in the config file")
     store = Store(settings.db_url)
-    service = CollectorService(settings, store, build_sources(settings))
+    service = CollectorService(settings, store, build_sources(settings),
+                               analyses=[detector_job()])
     stop = threading.Event()
 
     def _stop(signum: int, _frame: Any) -> None:
@@ -153,10 +155,8 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
 
 
 def _findings(store: Any, settings: Any) -> list[Any]:
-    try:
-        from collector.analysis.detect import DetectorSettings, run_detectors
-    except ImportError:  # detectors not available in this build
-        return []
+    from collector.analysis.detect import DetectorSettings, run_detectors
+
     return list(run_detectors(store, DetectorSettings()))
 
 

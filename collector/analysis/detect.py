@@ -40,7 +40,7 @@ import json
 import math
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from collector.analysis.rates import (
@@ -67,6 +67,7 @@ __all__ = [
     "batch_below_preferred",
     "batching_off",
     "detect",
+    "detector_job",
     "evaluated_keys",
     "idle_capacity",
     "queue_saturation",
@@ -990,3 +991,14 @@ def _active_by_key(store: Store, now: float) -> dict[Key, StoredFinding]:
         else:
             active[key] = f
     return active
+
+
+def detector_job(settings: DetectorSettings | None = None,
+                 ) -> Callable[[Store, float], list[StoredFinding]]:
+    """The detectors as a scheduler analysis (``CollectorService(analyses=[...])``)."""
+    chosen = settings or DetectorSettings()
+
+    def run_detectors_job(store: Store, now: float) -> list[StoredFinding]:
+        return run_detectors(store, chosen, now=now)
+
+    return run_detectors_job
