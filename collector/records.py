@@ -348,7 +348,7 @@ class Prediction:
     Latencies are as a client sees them (server time plus the client's own overhead)."""
 
     qps: float
-    p95_ms: float
+    p95_ms: float | None  # None when it cannot be known (no summary, no model yet)
     p50_ms: float | None = None
     avg_batch_size: float | None = None
     busy_share: float | None = None

@@ -361,7 +361,7 @@ def _confidence(obs: Observation, proposed: BatcherConfig, kind: str) -> float:
 
 def _observed(obs: Observation, current_sim: Prediction | None) -> Prediction:
     p95 = (obs.server_p95_ms + obs.think_ms if obs.server_p95_ms is not None
-           else current_sim.p95_ms if current_sim else float("nan"))
+           else current_sim.p95_ms if current_sim else None)
     return Prediction(qps=obs.rates.requests_per_s, p95_ms=p95,
                       avg_batch_size=obs.rates.avg_batch_size, busy_share=obs.rates.busy_share)
 
@@ -427,19 +427,25 @@ def recommend_from_observation(obs: Observation, *, slo_p95_ms: float | None = N
     single_size = obs.fit is None or obs.fit.per_sample_ms is None
 
     if single_size:
-        observed = _observed(obs, None)
+        current_sim = None
+        pessimistic = None
+        if obs.fit is not None:
+            # Pessimistic bound: a batch of b costs b single executions (no gain).
+            load = _load(obs)
+            slope = obs.fit.intercept_ms
+            scale = _calibrated_scale(obs, load, settings, per_sample_ms=slope)
+            service = _service(obs, per_sample_ms=slope, scale=scale)
+            current_sim = _as_prediction(
+                _run(cur, service, load, settings.final_requests, settings.seed), obs)
+            pessimistic = replace(cur, dynamic_batching=True, preferred_batch_sizes=(),
+                                  max_queue_delay_us=0)
+            pessimistic_p = _as_prediction(
+                _run(pessimistic, service, load, settings.final_requests, settings.seed), obs)
+        observed = _observed(obs, current_sim)
         if not cur.dynamic_batching and concurrent and cur.max_batch_size > 1:
             proposed = replace(cur, dynamic_batching=True, preferred_batch_sizes=(),
                                max_queue_delay_us=0)
-            predicted = observed
-            if obs.fit is not None:
-                # Pessimistic bound: a batch of b costs b single executions (no gain).
-                load = _load(obs)
-                slope = obs.fit.intercept_ms
-                scale = _calibrated_scale(obs, load, settings, per_sample_ms=slope)
-                sim = _run(proposed, _service(obs, per_sample_ms=slope, scale=scale),
-                           load, settings.final_requests, settings.seed)
-                predicted = _as_prediction(sim, obs)
+            predicted = pessimistic_p if pessimistic is not None else observed
             reason = (f"{obs.in_server:.1f} requests are in the server at once on average but "
                       f"run one at a time, and only batch size 1 has been seen, so how the "
                       f"model's cost grows with batch size is not known yet. Dynamic batching "
