@@ -109,7 +109,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
                                 "(observe the server live first)")
     settings = load_settings(
         config_file=args.config,
-        overrides={"triton": args.triton, "db_url": args.db_url,
+        overrides={"triton": args.triton, "metrics_url": args.metrics_url, "db_url": args.db_url,
                    "interval_s": 1.0 if args.triton else None,
                    "sources": ["triton", "host"] if args.triton else None},
         known_sources=set(SOURCES))
@@ -187,7 +187,9 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     from collector.store import Store
 
     settings = load_settings(config_file=args.config,
-                             overrides={"triton": [args.triton], "db_url": args.db_url})
+                             overrides={"triton": [args.triton], "db_url": args.db_url,
+                                        "metrics_url": [args.metrics_url]
+                                        if args.metrics_url else None})
     (target,) = settings.targets
     if args.verify_s <= 0:
         raise ConfigError("verify_s", f"must be > 0, got {args.verify_s:g}")
@@ -252,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     recommend = sub.add_parser("recommend", help="findings and batching recommendations")
     recommend.add_argument("--triton", action="append", metavar="URL",
                            help="observe this Triton live first (instead of stored samples)")
+    recommend.add_argument("--metrics-url", action="append", metavar="URL",
+                           help="metrics endpoint per --triton (default: same host, port 8002)")
     recommend.add_argument("--model", metavar="NAME", help="only this model")
     recommend.add_argument("--slo-p95-ms", type=float, metavar="X",
                            help="latency objective; without it p95 may rise at most 10 %%")
@@ -266,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     apply = sub.add_parser("apply", help="apply the latest recommendation live, verify, "
                                          "roll back on a regression")
     apply.add_argument("--triton", required=True, metavar="URL", help="Triton HTTP endpoint")
+    apply.add_argument("--metrics-url", metavar="URL",
+                       help="its metrics endpoint (default: same host, port 8002)")
     apply.add_argument("--model", required=True, metavar="NAME")
     apply.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     apply.add_argument("--verify-s", type=float, default=30.0, metavar="S",

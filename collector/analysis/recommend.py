@@ -165,7 +165,10 @@ def observe_model(store: Store, target: str, model: str, *,
         return None
     # The load must have been served by the current config, after it settled: a fresh
     # (re)load runs slower for its first seconds.
-    start = max(end - settings.window_s, stored.collected_at + settings.settle_s)
+    changed = len(store.model_configs(target=target, model=model)) > 1
+    start = end - settings.window_s
+    if changed:
+        start = max(start, stored.collected_at + settings.settle_s)
     window = [s for s in history if s.collected_at >= start]
     if len(window) < 3:
         return None
@@ -216,8 +219,8 @@ def observe_model(store: Store, target: str, model: str, *,
     summary = window[-1].metrics.summary_quantiles_us.get(REQUEST_SUMMARY)
     # Triton's summary quantiles cover a sliding minute that may still hold requests
     # served under the previous config; only trust them a minute after a change.
-    changed_at = stored.collected_at
-    if summary and 0.95 in summary and end - changed_at >= SUMMARY_MAX_AGE_S:
+    if summary and 0.95 in summary and (not changed
+                                        or end - stored.collected_at >= SUMMARY_MAX_AGE_S):
         p95 = summary[0.95] / 1000.0
     pending = [s.metrics.pending_request_count for s in window
                if s.metrics.pending_request_count is not None]

@@ -172,6 +172,7 @@ class TritonServer:
         grpc_port: int | None = None,
         metrics_port: int | None = None,
         extra_args: Sequence[str] = (),
+        explicit_model_control: bool = True,
         startup_timeout_s: float = 60.0,
         exit_timeout_s: int = 10,
     ) -> None:
@@ -180,6 +181,8 @@ class TritonServer:
             raise ValueError("a TritonServer needs at least one ModelSpec")
         self.host = host
         self.extra_args = tuple(extra_args)
+        # Without explicit control Triton refuses live config changes (mode "none").
+        self.explicit_model_control = explicit_model_control
         self.startup_timeout_s = startup_timeout_s
         self.exit_timeout_s = exit_timeout_s
         self._requested_ports = (http_port, grpc_port, metrics_port)
@@ -291,8 +294,8 @@ class TritonServer:
             str(self._install.binary),
             f"--model-repository={self.model_repository}",
             f"--backend-directory={self.backend_directory}",
-            "--model-control-mode=explicit",
-            "--load-model=*",
+            *(("--model-control-mode=explicit", "--load-model=*")
+              if self.explicit_model_control else ("--model-control-mode=none",)),
             f"--http-address={self.host}",
             f"--grpc-address={self.host}",
             f"--metrics-address={self.host}",

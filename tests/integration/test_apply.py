@@ -1,0 +1,139 @@
+"""`batchscope recommend` and `batchscope apply` against a real Triton: a recommendation
+is applied live and kept; a harmful one is rolled back; a server without explicit model
+control is refused with nothing changed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from collector.analysis.configs import config_changes, config_with, render_pbtxt
+from collector.analysis.recommend import recommendation_to_dict
+from collector.config import target_from_url
+from collector.records import BatcherConfig, Prediction, Recommendation
+from collector.store import Store
+from collector.testbed.load import run_load
+from collector.testbed.models import ModelSpec
+from collector.testbed.server import TritonServer
+
+pytestmark = pytest.mark.integration
+
+MODEL = ModelSpec("m", fixed_ms=4.0, per_sample_ms=0.3, max_batch_size=32)
+
+
+@contextmanager
+def background_load(server: TritonServer, concurrency: int, seconds: float) -> Iterator[None]:
+    thread = threading.Thread(target=run_load, args=(server.grpc_url, MODEL.name),
+                              kwargs={"concurrency": concurrency, "duration_s": seconds})
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "collector.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def stored_recommendation(db_url: str, server: TritonServer, proposed: BatcherConfig) -> None:
+    """A hand-made recommendation in the store, as `recommend` would leave it."""
+    config = server.get_json(f"/v2/models/{MODEL.name}/config")
+    current = BatcherConfig(max_batch_size=MODEL.max_batch_size)
+    target = target_from_url(server.http_url, server.metrics_url)
+    rec = Recommendation(
+        target=target.name, model=MODEL.name, created_at=0.0, kind="tune",
+        changes=config_changes(current, proposed), current_config=current,
+        proposed_config=proposed, current=Prediction(qps=1.0, p95_ms=1.0),
+        predicted=Prediction(qps=1.0, p95_ms=1.0), confidence=0.5, reason="test",
+        config_pbtxt=render_pbtxt(proposed),
+        config_json=json.dumps(config_with(json.dumps(config), proposed)))
+    store = Store(db_url)
+    try:
+        store.add_recommendation(target=rec.target, model=rec.model,
+                                 change=recommendation_to_dict(rec), predicted={},
+                                 confidence=rec.confidence, config_fragment=rec.config_pbtxt,
+                                 status=rec.kind)
+    finally:
+        store.close()
+
+
+def test_recommend_then_apply_keeps_a_good_change(triton_factory: Callable[..., TritonServer],
+                                                   tmp_path: Path) -> None:
+    server = triton_factory([MODEL], extra_args=["--metrics-config", "summary_latencies=true"])
+    db = f"sqlite:///{tmp_path}/a.db"
+    with background_load(server, concurrency=16, seconds=14):
+        out = cli("recommend", "--triton", server.http_url, "--metrics-url", server.metrics_url,
+                  "--db", db, "--observe", "10",
+                  "--window", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    (rec,) = data["recommendations"]
+    assert rec["model"] == "m" and rec["kind"] == "probe"
+    assert {"target", "model", "changes", "current", "predicted", "confidence", "config_pbtxt",
+            "config_json"} <= set(rec)
+    assert {"field": "dynamic_batching", "from": False, "to": True} in rec["changes"]
+
+    with background_load(server, concurrency=16, seconds=12):
+        out = cli("apply", "--triton", server.http_url, "--metrics-url", server.metrics_url,
+                  "--model", "m", "--db", db, "--yes",
+                  "--verify-s", "4")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip().splitlines()[-1].startswith("kept:")
+    assert "dynamic_batching" in server.get_json("/v2/models/m/config")
+    store = Store(db)
+    try:
+        (applied,) = store.findings(kind="config_applied")
+        assert applied.evidence["after_qps"] > applied.evidence["before_qps"]
+        assert applied.evidence["rolled_back"] is False
+    finally:
+        store.close()
+
+
+def test_apply_rolls_back_a_change_that_breaks_latency(
+        triton_factory: Callable[..., TritonServer], tmp_path: Path) -> None:
+    server = triton_factory([MODEL], extra_args=["--metrics-config", "summary_latencies=true"])
+    db = f"sqlite:///{tmp_path}/b.db"
+    # At two clients, waiting up to 100 ms for a batch of 32 only adds latency.
+    harmful = replace(BatcherConfig(max_batch_size=32), dynamic_batching=True,
+                      preferred_batch_sizes=(32,), max_queue_delay_us=100_000)
+    stored_recommendation(db, server, harmful)
+    with background_load(server, concurrency=2, seconds=12):
+        out = cli("apply", "--triton", server.http_url, "--metrics-url", server.metrics_url,
+                  "--model", "m", "--db", db, "--yes",
+                  "--verify-s", "4")
+    assert out.returncode == 4, out.stdout + out.stderr
+    assert "rolled back" in out.stdout
+    assert "dynamic_batching" not in server.get_json("/v2/models/m/config")
+    store = Store(db)
+    try:
+        (applied,) = store.findings(kind="config_applied")
+        assert applied.evidence["rolled_back"] is True
+        assert applied.severity == "warning"
+    finally:
+        store.close()
+
+
+def test_apply_refuses_without_explicit_model_control(
+        triton_factory: Callable[..., TritonServer], tmp_path: Path) -> None:
+    server = triton_factory([MODEL], explicit_model_control=False)
+    db = f"sqlite:///{tmp_path}/c.db"
+    stored_recommendation(db, server, replace(BatcherConfig(max_batch_size=32),
+                                              dynamic_batching=True))
+    with background_load(server, concurrency=4, seconds=3):
+        out = cli("apply", "--triton", server.http_url, "--metrics-url", server.metrics_url,
+                  "--model", "m", "--db", db, "--yes",
+                  "--verify-s", "1")
+    assert out.returncode == 3
+    assert "--model-control-mode=explicit" in out.stderr
+    assert "Nothing was changed" in out.stderr
+    assert "dynamic_batching" not in server.get_json("/v2/models/m/config")
