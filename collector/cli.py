@@ -126,7 +126,9 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
             for model in models:
                 if args.model and model != args.model:
                     continue
-                rec = recommend_model(store, target, model, slo_p95_ms=args.slo_p95_ms,
+                slo = (args.slo_p95_ms if args.slo_p95_ms is not None
+                       else settings.slo_p95_ms.get(model))
+                rec = recommend_model(store, target, model, slo_p95_ms=slo,
                                       window_s=args.window)
                 if rec is None:
                     continue

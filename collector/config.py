@@ -19,6 +19,7 @@ YAML file (all keys optional)::
     backoff_max_s: 60
     jitter_s: 0.5
     analysis_every_s: 15           # detectors run this often
+    slo_p95_ms: {resnet50: 40}     # latency objective per model (p95, ms)
     retention: {raw_keep_s: 604800, rollup_keep_s: 7776000, rollup_bucket_s: 300,
                 every_s: 300}
 
@@ -84,6 +85,9 @@ class Settings:
     backoff_max_s: float = 60.0
     jitter_s: float = 0.5
     analysis_every_s: float = 15.0
+    # Latency objective per model name, in ms of p95; models without one may not get
+    # more than 10 % slower at p95 from a recommendation.
+    slo_p95_ms: dict[str, float] = field(default_factory=dict)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
 
 
@@ -215,6 +219,12 @@ def _parse_retention(raw: object) -> RetentionSettings:
     return RetentionSettings(**values)
 
 
+def _parse_slos(raw: object) -> dict[str, float]:
+    if not isinstance(raw, Mapping):
+        raise ConfigError("slo_p95_ms", f"must map model names to milliseconds, got {raw!r}")
+    return {str(model): _number(value, f"slo_p95_ms.{model}") for model, value in raw.items()}
+
+
 def _read_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text()
@@ -283,7 +293,8 @@ def load_settings(*, config_file: str | Path | None = None,
     layers.append(("command line", {k: v for k, v in (overrides or {}).items()
                                     if v is not None}))
 
-    allowed = set(_SCALAR_FIELDS) | {"targets", "sources", "retention", "triton", "metrics_url"}
+    allowed = set(_SCALAR_FIELDS) | {"targets", "sources", "retention", "triton", "metrics_url",
+                                     "slo_p95_ms"}
     settings = Settings()
     for origin, layer in layers:
         for key in layer:
@@ -313,6 +324,8 @@ def load_settings(*, config_file: str | Path | None = None,
             changes["sources"] = _parse_sources(layer["sources"], known_sources)
         if "retention" in layer:
             changes["retention"] = _parse_retention(layer["retention"])
+        if "slo_p95_ms" in layer:
+            changes["slo_p95_ms"] = _parse_slos(layer["slo_p95_ms"])
         settings = replace(settings, **changes)
     if known_sources is not None:
         _parse_sources(list(settings.sources), known_sources)

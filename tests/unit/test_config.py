@@ -34,7 +34,7 @@ def test_file_then_env_then_cli(tmp_path: Path) -> None:
     cfg.write_text(
         "targets:\n  - url: http://a:8000\n    name: a\n"
         "interval_s: 2\ntimeout_s: 1\nsources: [triton, host]\n"
-        "retention: {raw_keep_s: 3600}\n")
+        "retention: {raw_keep_s: 3600}\nslo_p95_ms: {resnet: 40}\n")
     s = load_settings(config_file=cfg, env={"BATCHSCOPE_INTERVAL_S": "3"},
                       overrides={"db_url": "sqlite:///x.db"}, known_sources=KNOWN)
     assert [t.name for t in s.targets] == ["a"]
@@ -43,6 +43,7 @@ def test_file_then_env_then_cli(tmp_path: Path) -> None:
     assert s.db_url == "sqlite:///x.db"
     assert s.sources == ("triton", "host")
     assert s.retention.raw_keep_s == 3600.0
+    assert s.slo_p95_ms == {"resnet": 40.0}
     s2 = load_settings(config_file=cfg, env={"BATCHSCOPE_TRITON": "http://b:8000,http://c:9000"},
                        known_sources=KNOWN)
     assert [t.url for t in s2.targets] == ["http://b:8000", "http://c:9000"]
@@ -75,6 +76,8 @@ def test_invalid_settings_name_the_field(kwargs: dict, field: str) -> None:
     ("targets:\n  - url: http://a:1\n    colour: red\n", "targets[0].colour"),
     ("intervall_s: 3\n", "intervall_s"),
     ("retention: {keep: 3}\n", "retention.keep"),
+    ("slo_p95_ms: {resnet: fast}\n", "slo_p95_ms.resnet"),
+    ("slo_p95_ms: 40\n", "slo_p95_ms"),
     ("targets: [http://a:1, http://a:1]\n", "targets"),
     ("- just\n- a list\n", "config"),
     ("interval_s: [unclosed\n", "config"),
