@@ -2,7 +2,8 @@
 
 Starts the CPU testbed (a real Triton with a ``batched`` and an ``unbatched`` model),
 runs the collector into SQLite, drives both models at the same concurrency at the same
-time, and prints what the load generator measured beside what batchscope stored.
+time, and prints what the load generator measured beside what batchscope stored, then
+a recommendation per model.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import argparse
 import threading
 import time
 
+from collector.analysis.recommend import recommend_model
 from collector.analysis.status import build_status
 from collector.config import Settings, target_from_url
-from collector.report import render_status
+from collector.report import render_recommendation, render_status
 from collector.scheduler import CollectorService, build_sources
 from collector.store import Store
 from collector.testbed.load import LoadResult, run_load
@@ -76,6 +78,13 @@ def run_demo(*, duration_s: float = 20.0, db_url: str = "sqlite:///batchscope.db
         print(f"batchscope status (window {ended - started:.0f} s):")
         report = build_status(store, window_s=ended - started, now=ended)
         print(render_status(report))
+        print()
+        for spec in DEMO_MODELS:
+            rec = recommend_model(store, settings.targets[0].name, spec.name,
+                                  window_s=ended - started, now=ended)
+            if rec is not None:
+                print(render_recommendation(rec))
+                print()
         store.close()
     return 0
 
