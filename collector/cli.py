@@ -27,7 +27,7 @@ def _add_common_db(parser: argparse.ArgumentParser) -> None:
 def _cmd_collect(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
-    from collector.analysis.detect import detector_job
+    from collector.analysis.detect import detector_job, detector_settings
     from collector.config import load_settings
     from collector.scheduler import CollectorService, build_sources
     from collector.sources import SOURCES
@@ -42,9 +42,9 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     if not settings.targets:
         raise ConfigError("targets", "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
                                      "or list targets in the config file")
+    detectors = detector_job(detector_settings(settings.analysis))  # validated before start
     store = Store(settings.db_url)
-    service = CollectorService(settings, store, build_sources(settings),
-                               analyses=[detector_job()])
+    service = CollectorService(settings, store, build_sources(settings), analyses=[detectors])
     stop = threading.Event()
 
     def _stop(signum: int, _frame: Any) -> None:
@@ -157,9 +157,9 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
 
 
 def _findings(store: Any, settings: Any) -> list[Any]:
-    from collector.analysis.detect import DetectorSettings, run_detectors
+    from collector.analysis.detect import detector_settings, run_detectors
 
-    return list(run_detectors(store, DetectorSettings()))
+    return list(run_detectors(store, detector_settings(settings.analysis)))
 
 
 def _finding_json(finding: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ YAML file (all keys optional)::
     jitter_s: 0.5
     analysis_every_s: 15           # detectors run this often
     slo_p95_ms: {resnet50: 40}     # latency objective per model (p95, ms)
+    analysis: {queue_share: 0.5, sustain: 3}   # detector thresholds, see DetectorSettings
     retention: {raw_keep_s: 604800, rollup_keep_s: 7776000, rollup_bucket_s: 300,
                 every_s: 300}
 
@@ -88,6 +89,8 @@ class Settings:
     # Latency objective per model name, in ms of p95; models without one may not get
     # more than 10 % slower at p95 from a recommendation.
     slo_p95_ms: dict[str, float] = field(default_factory=dict)
+    # Detector thresholds (collector.analysis.detect.DetectorSettings), by field name.
+    analysis: dict[str, object] = field(default_factory=dict)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
 
 
@@ -294,7 +297,7 @@ def load_settings(*, config_file: str | Path | None = None,
                                     if v is not None}))
 
     allowed = set(_SCALAR_FIELDS) | {"targets", "sources", "retention", "triton", "metrics_url",
-                                     "slo_p95_ms"}
+                                     "slo_p95_ms", "analysis"}
     settings = Settings()
     for origin, layer in layers:
         for key in layer:
@@ -324,6 +327,10 @@ def load_settings(*, config_file: str | Path | None = None,
             changes["sources"] = _parse_sources(layer["sources"], known_sources)
         if "retention" in layer:
             changes["retention"] = _parse_retention(layer["retention"])
+        if "analysis" in layer:
+            if not isinstance(layer["analysis"], Mapping):
+                raise ConfigError("analysis", f"must be a mapping, got {layer['analysis']!r}")
+            changes["analysis"] = dict(layer["analysis"])
         if "slo_p95_ms" in layer:
             changes["slo_p95_ms"] = _parse_slos(layer["slo_p95_ms"])
         settings = replace(settings, **changes)

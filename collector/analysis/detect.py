@@ -41,7 +41,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from collector.analysis.rates import (
     CounterIncrease,
@@ -68,6 +68,7 @@ __all__ = [
     "batching_off",
     "detect",
     "detector_job",
+    "detector_settings",
     "evaluated_keys",
     "idle_capacity",
     "queue_saturation",
@@ -991,6 +992,16 @@ def _active_by_key(store: Store, now: float) -> dict[Key, StoredFinding]:
         else:
             active[key] = f
     return active
+
+
+def detector_settings(raw: Mapping[str, object]) -> DetectorSettings:
+    """``DetectorSettings`` from the ``analysis:`` section of the settings file."""
+    known = {f.name for f in fields(DetectorSettings)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"analysis.{key}",
+                              f"unknown setting; known: {', '.join(sorted(known))}")
+    return DetectorSettings(**raw)  # type: ignore[arg-type]  (validated in __post_init__)
 
 
 def detector_job(settings: DetectorSettings | None = None,

@@ -93,3 +93,19 @@ def test_invalid_file_names_the_field(tmp_path: Path, text: str, field: str) -> 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_settings(config_file=tmp_path / "nope.yaml", env={})
+
+
+def test_detector_thresholds_from_the_file_are_validated(tmp_path: Path) -> None:
+    from collector.analysis.detect import detector_settings
+
+    cfg = tmp_path / "a.yaml"
+    cfg.write_text("analysis: {queue_share: 0.7, sustain: 2}\n")
+    s = load_settings(config_file=cfg, env={})
+    d = detector_settings(s.analysis)
+    assert d.queue_share == 0.7 and d.sustain == 2
+    with pytest.raises(ConfigError) as err:
+        detector_settings({"queue_shares": 0.7})
+    assert err.value.field == "analysis.queue_shares"
+    with pytest.raises(ConfigError) as err:
+        detector_settings({"sustain": 0})
+    assert err.value.field == "analysis.sustain"
