@@ -143,6 +143,31 @@ def _chunks(samples: Sequence[ModelSample], seconds: float) -> list[list[ModelSa
     return out
 
 
+def _population(points: Sequence[tuple[float, float]]) -> int:
+    """Clients of a closed loop from (throughput λ, requests in server L) points.
+
+    Each client is either in the server or in its own think time ``Z``, so
+    ``L = N − Z·λ``. One operating point only bounds ``N`` from below (``⌈L⌉``, exact
+    when ``Z·λ < 1``); points at clearly different throughputs (before and after a
+    config change, the same clients) give ``N`` and ``Z`` by least squares.
+    """
+    lower = max(1, math.ceil(max(in_server for _, in_server in points) - 0.05))
+    rates = [lam for lam, _ in points]
+    if len(points) < 3 or max(rates) < 1.3 * min(rates):
+        return lower
+    n = len(points)
+    mean_x = sum(rates) / n
+    mean_y = sum(in_server for _, in_server in points) / n
+    sxx = sum((x - mean_x) ** 2 for x in rates)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
+    slope = sxy / sxx  # −Z
+    if slope >= 0:
+        return lower
+    intercept = mean_y - slope * mean_x
+    # Never below the lower bound; never more than double it (noise in a short window).
+    return int(min(max(round(intercept), lower), 2 * lower))
+
+
 def _in_server(rates: ModelRates) -> float:
     if rates.request_us_per_request is None:
         return 0.0
@@ -182,13 +207,16 @@ def observe_model(store: Store, target: str, model: str, *,
     fit = fit_service_time(batches)
 
     in_server = _in_server(rates)
-    chunk_l = [_in_server(r) for c in _chunks(history, settings.window_s / 3)
-               if (r := window_rates(c)) is not None]
+    # (λ, L) of each saturated stretch of the look-back: closed-loop operating points.
+    points = [(r.requests_per_s, _in_server(r))
+              for c in _chunks(history, settings.window_s / 3)
+              if (r := window_rates(c)) is not None and r.requests_per_s > 0
+              and (r.queue_share or 0.0) >= 0.2]
     saturated = (rates.queue_share or 0.0) >= 0.2 and in_server >= batcher.instance_count + 0.5
     population = None
     think_ms = 0.0
     if saturated:
-        population = max(1, math.ceil(max([in_server, *chunk_l]) - 0.05))
+        population = _population(points + [(rates.requests_per_s, in_server)])
         think_ms = max(population - in_server, 0.0) / rates.requests_per_s * 1000.0
 
     request_batch = 1

@@ -136,3 +136,14 @@ def test_round_trip_through_json(store: Store) -> None:
     assert rec is not None
     back = recommendation_from_dict(json.loads(json.dumps(recommendation_to_dict(rec))))
     assert back == rec
+
+
+def test_population_from_two_operating_points() -> None:
+    from collector.analysis.recommend import _population
+
+    # 8 clients, 5 ms of client time per request: L = 8 − 0.005·λ.
+    points = [(150.0, 8 - 0.75), (152.0, 8 - 0.76), (230.0, 8 - 1.15), (228.0, 8 - 1.14)]
+    assert _population(points) == 8
+    # One operating point alone only gives the lower bound ⌈L⌉.
+    assert _population(points[:2]) == 8  # ⌈7.25⌉
+    assert _population([(230.0, 6.85)]) == 7
