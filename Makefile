@@ -7,8 +7,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
-# Debian packages the tests need: a C compiler for the fake NVML library.
-DEB_PACKAGES := gcc libc6-dev
+# Debian packages the tests need: a C compiler for the fake NVML library, and headless
+# Chromium with its WebDriver for the dashboard's browser tests.
+DEB_PACKAGES := gcc libc6-dev chromium chromium-driver
 
 .PHONY: install system-deps demo test unit integration lint bench clean
 
@@ -17,7 +18,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[testbed,test]'
+	$(PIP) install -q -e '.[testbed,test,browser]'
 	touch $(STAMP)
 
 # Installs missing Debian packages (needs root, as on CI); a no-op when all are present.

@@ -1,4 +1,5 @@
-"""``batchscope`` subcommands: collect, status, testbed up, load."""
+"""``batchscope`` subcommands: collect, status, recommend, apply, dashboard, testbed up,
+load, demo."""
 
 from __future__ import annotations
 
@@ -224,6 +225,19 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     return 0 if not result.rolled_back else 4
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from collector.config import load_settings
+    from dashboard.app import serve
+
+    if not 0 < args.port < 65536:
+        raise ConfigError("port", f"must be 1..65535, got {args.port}")
+    if args.refresh <= 0:
+        raise ConfigError("refresh", f"must be > 0, got {args.refresh:g}")
+    settings = load_settings(config_file=args.config, overrides={"db_url": args.db_url})
+    serve(settings.db_url, host=args.host, port=args.port, refresh_s=args.refresh)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="batchscope",
@@ -280,6 +294,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="length of the before and after windows (default 30)")
     _add_common_db(apply)
     apply.set_defaults(func=_cmd_apply)
+
+    dashboard = sub.add_parser("dashboard", help="serve the web UI over the store")
+    dashboard.add_argument("--host", default="127.0.0.1",
+                           help="address to bind (default 127.0.0.1: this machine only)")
+    dashboard.add_argument("--port", type=int, default=8050, help="port (default 8050)")
+    dashboard.add_argument("--refresh", type=float, default=5.0, metavar="S",
+                           help="seconds between live refreshes (default 5)")
+    _add_common_db(dashboard)
+    dashboard.set_defaults(func=_cmd_dashboard)
 
     try:
         from collector.demo import add_demo_command

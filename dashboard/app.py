@@ -1,0 +1,97 @@
+"""The app factory and the production server.
+
+``create_app`` builds one Dash app over one store: the shell (brand, page links, theme
+switch) around ``dash.page_container``, the pages found in ``dashboard/pages``, and
+their callbacks as closures over one ``DashboardQueries`` (no module-level state, so
+two apps in one process each read their own store). Callback validation stays on:
+``app.validation_layout`` holds every page's layout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+from pathlib import Path
+from typing import Any, Final
+
+import dash
+from dash import Dash, Input, Output, dcc, html
+
+from dashboard.context import DEFAULT_REFRESH_S, REFRESH_MS_KEY
+from dashboard.ids import Shell
+from dashboard.queries import DashboardQueries
+from dashboard.theme import DARK, LIGHT
+
+__all__ = ["PAGES", "create_app", "serve"]
+
+log = logging.getLogger("batchscope.dashboard")
+
+_HERE: Final = Path(__file__).resolve().parent
+#: The page modules under ``dashboard/pages``, each with ``layout`` and
+#: ``register_callbacks(app, queries)``.
+PAGES: Final = ("overview", "model")
+QUERIES_EXTENSION: Final = "batchscope_queries"
+
+
+def _shell() -> Any:
+    nav = [dcc.Link("Overview", href="/", className="nav-link")]
+    return html.Div([
+        html.Header([
+            dcc.Link("batchscope", href="/", className="brand"),
+            html.Nav(nav, id=Shell.NAV, className="nav"),
+            dcc.RadioItems(id=Shell.THEME, value=DARK, inline=True, persistence=True,
+                           persistence_type="local", className="theme-switch",
+                           options=[{"label": "dark", "value": DARK},
+                                    {"label": "light", "value": LIGHT}]),
+        ], className="topbar"),
+        html.Main(dash.page_container, className="content"),
+    ], id=Shell.ROOT, className=f"shell theme-{DARK}")
+
+
+def create_app(store_url: str, *, refresh_s: float = DEFAULT_REFRESH_S,
+               queries: DashboardQueries | None = None) -> Dash:
+    """The dashboard over the store at ``store_url`` (any URL ``collector.store.Store``
+    takes), refreshing every ``refresh_s`` seconds. ``queries`` replaces the query
+    object (tests). The store is opened on the first read, so an unreachable one
+    shows a banner instead of failing here."""
+    if not (isinstance(refresh_s, int | float) and math.isfinite(refresh_s) and refresh_s > 0):
+        raise ValueError(f"refresh_s must be a positive number of seconds, got {refresh_s!r}")
+    app = Dash(
+        "dashboard",  # the package: page modules are named dashboard.pages.<page>
+        use_pages=True,
+        pages_folder=str(_HERE / "pages"),
+        assets_folder=str(_HERE / "assets"),
+        title="batchscope",
+        update_title=None,
+        serve_locally=True,
+    )
+    app.server.config[REFRESH_MS_KEY] = int(round(refresh_s * 1000))
+    queries = queries or DashboardQueries(store_url)
+    app.server.extensions[QUERIES_EXTENSION] = queries
+
+    pages = [importlib.import_module(f"dashboard.pages.{name}") for name in PAGES]
+    app.layout = _shell
+    app.validation_layout = html.Div([_shell(), *[p.layout() for p in pages]])
+    for page in pages:
+        page.register_callbacks(app, queries)
+
+    @app.callback(Output(Shell.ROOT, "className"), Input(Shell.THEME, "value"))
+    def apply_theme(theme: str | None) -> str:
+        return f"shell theme-{theme if theme in (DARK, LIGHT) else DARK}"
+
+    return app
+
+
+def serve(store_url: str, *, host: str = "127.0.0.1", port: int = 8050,
+          refresh_s: float = DEFAULT_REFRESH_S, threads: int = 8) -> None:
+    """Serve the dashboard with waitress (a production WSGI server) until stopped."""
+    import waitress
+
+    app = create_app(store_url, refresh_s=refresh_s)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"batchscope dashboard on http://{shown}:{port}/", flush=True)
+    try:
+        waitress.serve(app.server, host=host, port=port, threads=threads, ident="batchscope")
+    finally:
+        app.server.extensions[QUERIES_EXTENSION].close()

@@ -1,0 +1,384 @@
+"""Pure component builders: the query module's answers in, Dash components out.
+
+Every name that comes from Triton (model, target, label, error text) is passed as a
+component's *children* string, which Dash renders as text; nothing here builds HTML
+from strings, and nothing uses ``dangerously_allow_html``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from dash import dcc, html
+
+from dashboard import ids
+from dashboard.queries import (
+    DEFAULT_RANGE,
+    RANGES,
+    ConfigView,
+    DeviceTile,
+    FindingView,
+    ModelDetail,
+    ModelRow,
+    OverviewData,
+    RecommendationView,
+    TargetTile,
+)
+from dashboard.theme import severity_class, utilisation_colour
+
+__all__ = [
+    "SORT_KEYS",
+    "banner",
+    "config_panel",
+    "device_tile",
+    "empty_state",
+    "filter_rows",
+    "finding_badges",
+    "findings_list",
+    "fmt_ago",
+    "fmt_num",
+    "fmt_share",
+    "fmt_time",
+    "model_banner",
+    "model_header",
+    "model_href",
+    "models_table",
+    "overview_summary",
+    "range_links",
+    "recommendation_card",
+    "sort_rows",
+    "target_tile",
+    "tiles",
+]
+
+EMPTY_TEXT = "no targets yet — run `batchscope collect --triton URL`"
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def fmt_num(value: float | None, digits: int = 1, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def fmt_share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def fmt_time(at: float | None) -> str:
+    if at is None:
+        return "—"
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def fmt_ago(at: float | None, now: float) -> str:
+    if at is None:
+        return "never"
+    seconds = max(now - at, 0.0)
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h ago"
+    return f"{seconds / 86400:.1f} days ago"
+
+
+def model_href(target: str, model: str, range_name: str = DEFAULT_RANGE) -> str:
+    return "/model?" + urlencode({"target": target, "model": model, "range": range_name})
+
+
+# --------------------------------------------------------------------------- shared
+
+
+def banner(messages: Sequence[str]) -> list[Any]:
+    """An alert line per message; nothing when there is none."""
+    return [html.Div(m, className="banner", role="alert") for m in messages]
+
+
+def finding_badges(findings: Sequence[FindingView]) -> list[Any]:
+    return [html.Span(f.kind.replace("_", " "), className=severity_class(f.severity),
+                      title=f.summary) for f in findings]
+
+
+# --------------------------------------------------------------------------- overview
+
+
+def overview_messages(data: OverviewData) -> list[str]:
+    messages = []
+    if data.error:
+        messages.append(data.error)
+    for t in data.down_targets:
+        reason = f": {t.last_error}" if t.last_error else ""
+        messages.append(f"target {t.name} is down{reason} "
+                        f"({t.consecutive_failures} failed scrape(s) in a row, last seen "
+                        f"{fmt_ago(t.last_seen_at, data.generated_at)})")
+    return messages
+
+
+def empty_state(data: OverviewData) -> list[Any]:
+    """The first-run message, or a note that nothing is recent; nothing otherwise."""
+    if data.error:
+        return []
+    if data.empty:
+        return [html.Div([
+            html.H2(EMPTY_TEXT),
+            html.P("Point the collector at a Triton server's HTTP endpoint (port 8000); "
+                   "models appear here after its second scrape. Try the bundled CPU "
+                   "testbed: `batchscope testbed up`, then collect from the URL it prints."),
+        ], className="empty-state")]
+    if not data.models:
+        return [html.Div(
+            f"no model samples in the last {data.window_s:.0f} s — the newest sample is from "
+            f"{fmt_ago(data.last_sample_at, data.generated_at)}; is the collector running?",
+            className="empty-state")]
+    return []
+
+
+def overview_summary(data: OverviewData) -> list[Any]:
+    cards = []
+    if data.idle_gpus is not None:
+        cards.append(_stat(f"{data.idle_gpus:.1f}", "GPUs idle",
+                           f"over {sum(d.weight for d in data.devices):.1f} GPUs read"))
+    if data.instances_idle is not None:
+        cards.append(_stat(f"{data.instances_idle:.1f}", "model instances idle",
+                           f"of {data.instances_total}"))
+    up = sum(1 for t in data.targets if t.up)
+    cards.append(_stat(f"{up}/{len(data.targets)}", "targets up", ""))
+    cards.append(_stat(str(len(data.models)), "models", f"window {data.window_s:.0f} s"))
+    return cards
+
+
+def _stat(value: str, label: str, detail: str) -> Any:
+    return html.Div([html.Div(value, className="stat-value"),
+                     html.Div(label, className="stat-label"),
+                     html.Div(detail, className="stat-detail")], className="stat")
+
+
+def target_tile(t: TargetTile) -> Any:
+    state = "up" if t.up else "down" if t.up is False else "unknown"
+    return html.Div([
+        html.Div(t.name, className="tile-title"),
+        html.Div(f"{t.kind} · {state}", className="tile-detail"),
+        html.Div(f"{t.models} model(s)" if t.kind == "triton" else "", className="tile-detail"),
+    ], className=f"tile tile-target tile-{state}")
+
+
+def device_tile(d: DeviceTile, findings: Sequence[FindingView] = ()) -> Any:
+    label = d.name or d.uuid
+    memory = ""
+    if d.memory_used_bytes is not None and d.memory_total_bytes:
+        memory = (f"{d.memory_used_bytes / 2**30:.1f} / {d.memory_total_bytes / 2**30:.1f} GiB")
+    return html.Div([
+        html.Div(label, className="tile-title"),
+        html.Div(fmt_num(d.utilisation_pct, 0, " %"), className="tile-value"),
+        html.Div(f"{d.kind.upper()} · {d.target}" + (" · unhealthy" if not d.healthy else ""),
+                 className="tile-detail"),
+        html.Div(memory, className="tile-detail"),
+        html.Div(finding_badges(findings), className="badges"),
+    ], className="tile tile-device",
+        style={"borderColor": utilisation_colour(d.utilisation_pct),
+               "boxShadow": f"inset 0 -6px 0 {utilisation_colour(d.utilisation_pct)}"},
+        title=f"{d.uuid} ({d.metric or 'no utilisation reading'}, {d.source})")
+
+
+def tiles(data: OverviewData) -> list[Any]:
+    by_uuid: dict[str, list[FindingView]] = {}
+    for f in data.device_findings:
+        by_uuid.setdefault(f.subject, []).append(f)
+    out = [target_tile(t) for t in data.targets]
+    out += [device_tile(d, by_uuid.get(d.uuid, [])) for d in data.devices]
+    return out
+
+
+SORT_KEYS = {
+    "name": "name",
+    "qps": "QPS (highest first)",
+    "queue_share": "queue share (highest first)",
+    "busy_share": "busy share (lowest first)",
+    "findings": "findings (most first)",
+}
+
+
+def filter_rows(rows: Sequence[ModelRow], text: str | None) -> list[ModelRow]:
+    """Rows whose target or model contains ``text`` (case-insensitive)."""
+    needle = (text or "").strip().lower()
+    if not needle:
+        return list(rows)
+    return [r for r in rows if needle in r.model.lower() or needle in r.target.lower()]
+
+
+def sort_rows(rows: Sequence[ModelRow], key: str | None) -> list[ModelRow]:
+    def missing_last(value: float | None, sign: float) -> tuple[bool, float]:
+        return (value is None, sign * (value or 0.0))
+
+    if key == "qps":
+        return sorted(rows, key=lambda r: missing_last(r.qps, -1))
+    if key == "queue_share":
+        return sorted(rows, key=lambda r: missing_last(r.queue_share, -1))
+    if key == "busy_share":
+        return sorted(rows, key=lambda r: missing_last(r.busy_share, 1))
+    if key == "findings":
+        return sorted(rows, key=lambda r: (-len(r.findings), r.target, r.model))
+    return sorted(rows, key=lambda r: (r.target, r.model, r.version))
+
+
+def _batch_cell(r: ModelRow) -> Any:
+    avg = fmt_num(r.avg_batch_size, 1)
+    if r.dynamic_batching is False:
+        against = "batching off"
+    elif r.preferred_batch_sizes:
+        against = "preferred " + ", ".join(str(s) for s in r.preferred_batch_sizes)
+    elif r.max_batch_size:
+        against = f"max {r.max_batch_size}"
+    else:
+        against = ""
+    return html.Td([html.Span(avg, className="num"), html.Span(against, className="against")])
+
+
+def models_table(rows: Sequence[ModelRow]) -> Any:
+    header = html.Tr([html.Th(h) for h in ("target", "model", "QPS", "avg batch",
+                                            "queue share", "busy share", "pending", "findings")])
+    body = [
+        html.Tr([
+            html.Td(r.target),
+            html.Td(dcc.Link(r.model, href=model_href(r.target, r.model),
+                             className="model-link")),
+            html.Td(fmt_num(r.qps, 1), className="num"),
+            _batch_cell(r),
+            html.Td(fmt_share(r.queue_share), className="num"),
+            html.Td(fmt_share(r.busy_share), className="num"),
+            html.Td(fmt_num(r.pending, 1), className="num"),
+            html.Td(html.Div(finding_badges(r.findings), className="badges")),
+        ], className="row-down" if not r.up else "")
+        for r in rows
+    ]
+    if not body:
+        body = [html.Tr(html.Td("no model matches", colSpan=8, className="muted"))]
+    return html.Table([html.Thead(header), html.Tbody(body)], className="models")
+
+
+# --------------------------------------------------------------------------- model page
+
+
+def model_messages(detail: ModelDetail | None) -> list[str]:
+    if detail is None:
+        return []
+    messages = []
+    if detail.error:
+        messages.append(detail.error)
+    elif detail.up is False:
+        messages.append(f"target {detail.target} is down: the numbers below stop at its "
+                        f"last successful scrape")
+    if detail.series.truncated_to_s:
+        messages.append(f"no rollups in this range yet: showing the last "
+                        f"{detail.series.truncated_to_s / 3600:.0f} h of raw samples")
+    return messages
+
+
+def model_banner(detail: ModelDetail | None) -> list[Any]:
+    return banner(model_messages(detail))
+
+
+def model_header(detail: ModelDetail | None, target: str | None, model: str | None) -> list[Any]:
+    if not target or not model:
+        return [html.H2("no model chosen"),
+                html.P(["Pick one on the ", dcc.Link("overview", href="/"), "."])]
+    parts: list[Any] = [html.H2(model, className="model-name"),
+                        html.Div(f"on {target}", className="muted")]
+    if detail is not None and not detail.error and not detail.known:
+        parts.append(html.P(f"the store has nothing for this model on this target in the "
+                            f"last {detail.range_name}", className="muted"))
+    return parts
+
+
+def range_links(target: str | None, model: str | None, current: str) -> list[Any]:
+    if not target or not model:
+        return []
+    return [dcc.Link(name, href=model_href(target, model, name),
+                     className="range-link range-current" if name == current else "range-link")
+            for name in RANGES]
+
+
+def config_panel(config: ConfigView | None) -> list[Any]:
+    if config is None:
+        return [html.H3("Config"), html.P("no config stored for this model", className="muted")]
+    facts = [
+        ("max_batch_size", str(config.max_batch_size)),
+        ("dynamic_batching", "on" if config.dynamic_batching else "off"),
+        ("preferred_batch_size", ", ".join(map(str, config.preferred_batch_sizes)) or "—"),
+        ("max_queue_delay", f"{config.max_queue_delay_us} µs"),
+        ("instances", f"{config.instance_count} × {config.instance_kind}"),
+        ("backend", config.backend or config.platform or "—"),
+        ("seen since", fmt_time(config.collected_at)),
+    ]
+    return [
+        html.H3("Config"),
+        html.Dl([item for k, v in facts for item in (html.Dt(k), html.Dd(v))], className="facts"),
+        html.Details([html.Summary("effective config (JSON)"),
+                      html.Pre(config.raw_json, className="code")]),
+    ]
+
+
+def _evidence(evidence: dict[str, Any]) -> Any:
+    def show(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    return html.Dl([item for k, v in sorted(evidence.items())
+                    for item in (html.Dt(str(k)), html.Dd(show(v)))], className="facts evidence")
+
+
+def findings_list(findings: Sequence[FindingView], now: float) -> list[Any]:
+    if not findings:
+        return [html.H3("Findings"), html.P("no findings for this model in this range",
+                                            className="muted")]
+    items = []
+    for f in findings:
+        state = "open" if f.active else f"resolved {fmt_ago(f.resolved_at, now)}"
+        items.append(html.Li([
+            html.Span(f.severity, className=severity_class(f.severity)),
+            html.Span(f.kind.replace("_", " "), className="finding-kind"),
+            html.Span(f"{state} · since {fmt_time(f.window_start)}", className="muted"),
+            html.P(f.summary),
+            html.Details([html.Summary("evidence"), _evidence(f.evidence)]),
+        ], className="finding"))
+    return [html.H3("Findings"), html.Ul(items, className="findings")]
+
+
+def recommendation_card(rec: RecommendationView | None) -> list[Any]:
+    if rec is None:
+        return [html.H3("Recommendation"),
+                html.P("no recommendation yet — run `batchscope recommend`", className="muted")]
+    change_rows = [html.Tr([html.Td(f), html.Td(b), html.Td("→"), html.Td(a)])
+                   for f, b, a in rec.changes]
+    numbers = html.Table([
+        html.Thead(html.Tr([html.Th(""), html.Th("QPS"), html.Th("p95")])),
+        html.Tbody([
+            html.Tr([html.Td("current"), html.Td(fmt_num(rec.current_qps, 0)),
+                     html.Td(fmt_num(rec.current_p95_ms, 1, " ms"))]),
+            html.Tr([html.Td("predicted"), html.Td(fmt_num(rec.predicted_qps, 0)),
+                     html.Td(fmt_num(rec.predicted_p95_ms, 1, " ms"))]),
+        ]),
+    ], className="numbers")
+    return [
+        html.H3("Recommendation"),
+        html.Div([html.Span(rec.kind.replace("_", " "), className="badge badge-info"),
+                  html.Span(f"confidence {rec.confidence:.0%}", className="muted"),
+                  html.Span(f"{rec.status} · {fmt_time(rec.created_at)}", className="muted")],
+                 className="rec-meta"),
+        html.P(rec.reason, className="reason"),
+        html.Table(html.Tbody(change_rows), className="changes") if change_rows else
+        html.P("keep the current config", className="muted"),
+        numbers,
+        html.Div([html.Span("config.pbtxt", className="muted"),
+                  dcc.Clipboard(target_id=ids.Model.PBTXT, id=ids.Model.COPY,
+                                title="copy", className="copy")], className="pbtxt-head"),
+        html.Pre(rec.config_pbtxt, id=ids.Model.PBTXT, className="code"),
+    ]

@@ -1,0 +1,199 @@
+"""Pure figure builders: the query module's answers in, a ``go.Figure`` out.
+
+No function here reads the store, the clock or any global: the same input always
+draws the same figure, so each is tested on small inputs without a browser. A
+missing input draws ``empty_figure`` with a sentence saying why, never a blank
+plot. Names that come from Triton never go into figure text (Plotly renders a
+subset of HTML in titles and labels); where a label is needed it goes through
+``plain``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import plotly.graph_objects as go
+
+from dashboard.queries import BatchDistribution, ModelSeries, ServiceTimeView
+from dashboard.theme import palette, plotly_template
+
+__all__ = [
+    "batch_size_figure",
+    "distribution_figure",
+    "empty_figure",
+    "failures_figure",
+    "latency_figure",
+    "pending_figure",
+    "plain",
+    "qps_figure",
+    "service_time_figure",
+]
+
+_HEIGHT = 280
+_NO_SAMPLES = "no samples in this range"
+
+
+def plain(text: str) -> str:
+    """``text`` escaped for Plotly's text rendering (which understands some tags)."""
+    return html.escape(text, quote=False)
+
+
+def _base(title: str, theme: str, *, y_title: str, x_time: bool = True) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(template=plotly_template(theme), title={"text": title}, height=_HEIGHT,
+                      yaxis={"title": {"text": y_title}, "rangemode": "tozero"},
+                      hovermode="x unified" if x_time else "closest")
+    if x_time:
+        fig.update_xaxes(type="date", title={"text": "time (UTC)"})
+    return fig
+
+
+def empty_figure(message: str, theme: str, *, title: str = "") -> go.Figure:
+    """A figure that says why there is nothing to draw: no axes, one centred line."""
+    fig = go.Figure()
+    fig.update_layout(
+        template=plotly_template(theme), title={"text": title}, height=_HEIGHT,
+        xaxis={"visible": False}, yaxis={"visible": False},
+        annotations=[{"text": plain(message), "xref": "paper", "yref": "paper", "x": 0.5,
+                      "y": 0.5, "showarrow": False,
+                      "font": {"size": 14, "color": palette(theme).muted}}])
+    return fig
+
+
+def _times(t: Sequence[float]) -> list[datetime]:
+    return [datetime.fromtimestamp(v, tz=UTC) for v in t]
+
+
+def _line(fig: go.Figure, series: ModelSeries, values: Sequence[float | None], name: str,
+          colour: str, *, hover: str) -> None:
+    fig.add_trace(go.Scatter(x=_times(series.t), y=list(values), name=name, mode="lines",
+                             line={"color": colour, "width": 2}, hovertemplate=hover))
+
+
+def qps_figure(series: ModelSeries, theme: str) -> go.Figure:
+    title = "Requests per second"
+    if series.empty:
+        return empty_figure(_NO_SAMPLES, theme, title=title)
+    fig = _base(title, theme, y_title="requests/s")
+    _line(fig, series, series.qps, "QPS", palette(theme).series[0],
+          hover="%{y:.1f} req/s<extra></extra>")
+    return fig
+
+
+def batch_size_figure(series: ModelSeries, theme: str, *,
+                      preferred: Sequence[int] = (), max_batch_size: int | None = None,
+                      ) -> go.Figure:
+    """Average executed batch size, with the preferred sizes (dashed) and the
+    maximum (dotted) as the levels it is measured against."""
+    title = "Average batch size"
+    if series.empty or not any(v is not None for v in series.avg_batch_size):
+        return empty_figure(_NO_SAMPLES, theme, title=title)
+    p = palette(theme)
+    fig = _base(title, theme, y_title="inferences per execution")
+    _line(fig, series, series.avg_batch_size, "average batch", p.series[1],
+          hover="%{y:.2f}<extra></extra>")
+    for size in sorted(set(preferred)):
+        fig.add_hline(y=size, line={"color": p.muted, "dash": "dash", "width": 1},
+                      annotation={"text": f"preferred {size}", "font": {"color": p.muted}})
+    if max_batch_size:
+        fig.add_hline(y=max_batch_size, line={"color": p.muted, "dash": "dot", "width": 1},
+                      annotation={"text": f"max {max_batch_size}", "font": {"color": p.muted}})
+    return fig
+
+
+def latency_figure(series: ModelSeries, theme: str) -> go.Figure:
+    """Queue and compute time per request, stacked: the share of a request spent
+    waiting is the top band."""
+    title = "Time per request: queue vs compute"
+    if series.empty:
+        return empty_figure(_NO_SAMPLES, theme, title=title)
+    p = palette(theme)
+    fig = _base(title, theme, y_title="ms per request")
+    x = _times(series.t)
+    fig.add_trace(go.Scatter(x=x, y=list(series.compute_ms), name="compute", mode="lines",
+                             stackgroup="time", line={"color": p.compute, "width": 1},
+                             hovertemplate="compute %{y:.2f} ms<extra></extra>"))
+    fig.add_trace(go.Scatter(x=x, y=list(series.queue_ms), name="queue", mode="lines",
+                             stackgroup="time", line={"color": p.queue, "width": 1},
+                             hovertemplate="queue %{y:.2f} ms<extra></extra>"))
+    return fig
+
+
+def pending_figure(series: ModelSeries, theme: str) -> go.Figure:
+    title = "Pending requests"
+    if series.empty or not any(v is not None for v in series.pending):
+        return empty_figure("Triton reports no pending-request gauge for this model", theme,
+                            title=title)
+    fig = _base(title, theme, y_title="requests waiting")
+    _line(fig, series, series.pending, "pending", palette(theme).series[3],
+          hover="%{y:.1f} waiting<extra></extra>")
+    return fig
+
+
+def failures_figure(series: ModelSeries, theme: str) -> go.Figure:
+    title = "Failed requests per second"
+    if series.empty:
+        return empty_figure(_NO_SAMPLES, theme, title=title)
+    fig = _base(title, theme, y_title="failures/s")
+    _line(fig, series, series.fail_per_s, "failures", palette(theme).failure,
+          hover="%{y:.2f} fail/s<extra></extra>")
+    return fig
+
+
+def distribution_figure(distribution: BatchDistribution, theme: str, *,
+                        preferred: Sequence[int] = ()) -> go.Figure:
+    """Share of executions per executed batch size; preferred sizes highlighted."""
+    title = "Executed batch sizes"
+    if distribution.empty:
+        return empty_figure("no batch statistics in this range (the statistics API "
+                            "reports them per executed batch size)", theme, title=title)
+    p = palette(theme)
+    total = sum(distribution.executions) or 1
+    shares = [n / total for n in distribution.executions]
+    wanted = set(preferred)
+    colours = [p.series[2] if s in wanted else p.series[0] for s in distribution.sizes]
+    fig = _base(title, theme, y_title="share of executions", x_time=False)
+    fig.add_trace(go.Bar(
+        x=list(distribution.sizes), y=shares, marker={"color": colours}, name="executions",
+        customdata=list(zip(distribution.executions, distribution.mean_ms, strict=True)),
+        hovertemplate=("batch %{x}: %{y:.1%} of executions<br>%{customdata[0]} executions, "
+                       "%{customdata[1]:.2f} ms each<extra></extra>")))
+    fig.update_xaxes(title={"text": "batch size"}, type="category")
+    fig.update_yaxes(tickformat=".0%")
+    return fig
+
+
+def service_time_figure(view: ServiceTimeView | None, theme: str) -> go.Figure:
+    """Mean execution time per batch size (markers sized by executions) and the fitted
+    line ``intercept + per_sample × b`` up to the model's max batch size."""
+    title = "Service time per batch size"
+    if view is None or not view.sizes:
+        return empty_figure("no batch statistics to fit", theme, title=title)
+    p = palette(theme)
+    fig = _base(title, theme, y_title="ms per execution", x_time=False)
+    largest = max(view.executions) or 1
+    fig.add_trace(go.Scatter(
+        x=list(view.sizes), y=list(view.mean_ms), mode="markers", name="observed",
+        marker={"color": p.series[0], "size": [8 + 16 * (n / largest) ** 0.5
+                                                for n in view.executions]},
+        customdata=list(view.executions),
+        hovertemplate="batch %{x}: %{y:.2f} ms (%{customdata} executions)<extra></extra>"))
+    if view.per_sample_ms is not None:
+        end = max(view.max_batch_size or 0, max(view.sizes))
+        xs = [1, end] if end > 1 else [1, 2]
+        fig.add_trace(go.Scatter(
+            x=xs, y=[view.intercept_ms + view.per_sample_ms * b for b in xs], mode="lines",
+            name=f"fit: {view.intercept_ms:.2f} ms + {view.per_sample_ms:.3f} ms × b",
+            line={"color": p.fit, "dash": "dash", "width": 1.5}, hoverinfo="skip"))
+    else:
+        fig.add_annotation(text="one batch size seen: the slope is not known yet",
+                           xref="paper", yref="paper", x=0.5, y=0.95, showarrow=False,
+                           font={"color": p.muted})
+    end = max(view.max_batch_size or 0, max(view.sizes)) if view.per_sample_ms is not None \
+        else max(view.sizes)
+    fig.update_xaxes(title={"text": "batch size"}, range=[0, end + 1], tick0=0,
+                     dtick=max(1, math.ceil((end + 1) / 8)))
+    return fig

@@ -1,0 +1,83 @@
+"""Overview: every target, GPU / MIG instance and model at a glance.
+
+One ``dcc.Interval`` drives ``tick``, the only callback that reads (one
+``DashboardQueries.overview`` call into the page's ``dcc.Store``); the render
+callbacks draw from that Store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Dash, Input, Output, dcc, html
+
+from dashboard import components
+from dashboard.context import refresh_ms
+from dashboard.ids import Overview
+from dashboard.queries import DashboardQueries, OverviewData, from_json, to_json
+
+dash.register_page(__name__, path="/", name="Overview", title="batchscope · overview",
+                   order=0)
+
+__all__ = ["layout", "register_callbacks"]
+
+#: The window each row's rates are taken over.
+WINDOW_S = 60.0
+
+
+def layout(**_query: Any) -> Any:
+    return html.Div([
+        dcc.Interval(id=Overview.INTERVAL, interval=refresh_ms(), n_intervals=0),
+        dcc.Store(id=Overview.DATA),
+        html.Div(id=Overview.BANNER, className="banners"),
+        html.Div(id=Overview.EMPTY),
+        html.Div(id=Overview.SUMMARY, className="stats"),
+        html.Div(id=Overview.TILES, className="tiles"),
+        html.Div([
+            dcc.Input(id=Overview.FILTER, type="search", placeholder="filter models or targets",
+                      debounce=False, className="filter"),
+            dcc.Dropdown(id=Overview.SORT, value="name", clearable=False, searchable=False,
+                         options=[{"label": f"sort: {label}", "value": key}
+                                  for key, label in components.SORT_KEYS.items()],
+                         className="sort"),
+        ], className="table-controls"),
+        html.Div(id=Overview.MODELS),
+    ], className="page page-overview")
+
+
+def register_callbacks(app: Dash, queries: DashboardQueries) -> None:
+    @app.callback(Output(Overview.DATA, "data"), Input(Overview.INTERVAL, "n_intervals"))
+    def tick(_n: int) -> Any:
+        return to_json(queries.overview(window_s=WINDOW_S))
+
+    @app.callback(
+        Output(Overview.BANNER, "children"),
+        Output(Overview.EMPTY, "children"),
+        Output(Overview.SUMMARY, "children"),
+        Output(Overview.TILES, "children"),
+        Input(Overview.DATA, "data"),
+    )
+    def render(data: Any) -> tuple[Any, ...]:
+        if data is None:
+            return [], [], [], []
+        overview = from_json(OverviewData, data)
+        return (components.banner(components.overview_messages(overview)),
+                components.empty_state(overview),
+                components.overview_summary(overview) if not overview.empty else [],
+                components.tiles(overview))
+
+    @app.callback(
+        Output(Overview.MODELS, "children"),
+        Input(Overview.DATA, "data"),
+        Input(Overview.FILTER, "value"),
+        Input(Overview.SORT, "value"),
+    )
+    def table(data: Any, text: str | None, sort: str | None) -> Any:
+        if data is None:
+            return []
+        overview = from_json(OverviewData, data)
+        if overview.empty:
+            return []
+        rows = components.sort_rows(components.filter_rows(overview.models, text), sort)
+        return components.models_table(rows)

@@ -1,0 +1,121 @@
+"""Dash's ``dash_duo`` fixture driving Debian's headless Chromium (``chromium`` and
+``chromium-driver``; ``make test`` installs them with ``system-deps``, and
+``dash[testing]`` with the ``browser`` extra).
+
+Plain ``pytest`` runs these tests headless in Chrome: ``pytest_configure`` sets what
+``--headless --webdriver Chrome`` would. Without Chromium or its driver the tests
+fail with the reason, never skip: a browser suite that silently skips would let the
+UI break unnoticed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from collector.store import Store
+from tests.browser.seed import Load, model_config, scrape_ok, steady_load, store_recommendation
+
+CHROME_ARGUMENTS = (
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-first-run", "--window-size=1600,1200",
+)
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # What `--headless --webdriver Chrome` says on the command line.
+    if hasattr(config.option, "headless"):
+        config.option.headless = True
+        config.option.webdriver = "Chrome"
+
+
+def pytest_setup_options():  # type: ignore[no-untyped-def]
+    """Chrome options for dash_duo: Debian's Chromium, headless, no sandbox (CI
+    containers run as root)."""
+    from selenium.webdriver.chrome.options import Options
+
+    options = Options()
+    binary = _chromium()
+    if binary:
+        options.binary_location = binary
+    for argument in CHROME_ARGUMENTS:
+        options.add_argument(argument)
+    return options
+
+
+@pytest.fixture(autouse=True)
+def _browser_installed() -> None:
+    missing = [name for name, found in (("chromium", _chromium()),
+                                         ("chromedriver", shutil.which("chromedriver")))
+               if not found]
+    if missing:
+        pytest.fail(f"{' and '.join(missing)} not found: run `make system-deps` (Debian "
+                    f"packages chromium chromium-driver)", pytrace=False)
+
+
+BATCHED = model_config("batched", batching=True, preferred=(8, 16), delay_us=2000)
+UNBATCHED = model_config("unbatched", batching=False)
+
+
+def loads(*names: str) -> list[Load]:
+    out = [
+        Load(config=BATCHED, qps=420.0, request_ms=22.0, queue_share=0.3,
+             batch_mix={4: 0.2, 8: 0.5, 16: 0.3}, cost_ms=lambda b: 4.0 + 0.5 * b, pending=4.0),
+        Load(config=UNBATCHED, qps=180.0, request_ms=85.0, queue_share=0.9,
+             batch_mix={1: 1.0}, cost_ms=lambda b: 4.5, fail_per_s=0.2, pending=12.0),
+    ]
+    for name in names:  # extra models with the unbatched load
+        out.append(Load(config=model_config(name, batching=False), qps=30.0, request_ms=10.0,
+                        queue_share=0.1, batch_mix={1: 1.0}, cost_ms=lambda b: 4.0))
+    return out
+
+
+@pytest.fixture
+def seeded_store(tmp_path: Path) -> Callable[..., str]:
+    """``seed(*extra_models)`` fills a SQLite store with the last five minutes of two
+    models (and any extra, unbatched ones) on target ``testbed``, a finding, and a
+    recommendation; returns its URL."""
+    opened: list[Store] = []
+
+    def seed(*extra: str) -> str:
+        url = f"sqlite:///{tmp_path}/browser.db"
+        store = Store(url)
+        opened.append(store)
+        now = time.time()
+        steady_load(store, loads(*extra), target="testbed", start=now - 300, seconds=300,
+                    step=2.0)
+        scrape_ok(store, "testbed", now)
+        store.add_finding(kind="batching_off", severity="warning", target="testbed",
+                          subject="unbatched",
+                          summary="12 requests wait on average but run one at a time",
+                          window_start=now - 60, window_end=now,
+                          evidence={"concurrency": 15.3, "avg_batch_size": 1.0},
+                          created_at=now - 30)
+        store_recommendation(store, target="testbed", config=UNBATCHED, qps=180.0,
+                             p95_ms=95.0, created_at=now - 20)
+        return url
+
+    yield seed
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def screenshot(dash_duo, tmp_path: Path) -> Iterator[Callable[[str], Path]]:  # type: ignore[no-untyped-def]
+    """``screenshot(name)`` saves the page as ``<tmp_path>/<name>.png``."""
+    def save(name: str) -> Path:
+        path = tmp_path / f"{name}.png"
+        dash_duo.driver.save_screenshot(str(path))
+        assert path.stat().st_size > 0
+        return path
+
+    yield save

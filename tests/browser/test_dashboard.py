@@ -1,0 +1,122 @@
+"""The dashboard in headless Chromium, served on localhost from seeded SQLite stores.
+Each test saves a screenshot under its tmp_path."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
+
+from dashboard import ids
+from dashboard.app import create_app
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+# Slow refresh: the tests read the page the first tick drew.
+REFRESH_S = 60.0
+
+
+def _no_alert(driver) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        driver.switch_to.alert  # noqa: B018 (raises when no alert is open)
+    except NoAlertPresentException:
+        return True
+    return False
+
+
+def _severe_logs(dash_duo) -> list[dict]:  # type: ignore[no-untyped-def]
+    return [entry for entry in (dash_duo.get_logs() or []) if entry.get("level") == "SEVERE"]
+
+
+def test_overview_lists_both_models_with_their_batch_sizes(dash_duo, seeded_store,
+                                                           screenshot) -> None:
+    dash_duo.start_server(create_app(seeded_store(), refresh_s=REFRESH_S))
+    dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", "unbatched", timeout=20)
+    links = [a.text for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")]
+    assert links == ["batched", "unbatched"]
+    rows = {r.find_element(By.CSS_SELECTOR, "a.model-link").text: r.text
+            for r in dash_duo.find_elements(f"#{ids.Overview.MODELS} tbody tr")}
+    # 420 req/s in batches of 4, 8 and 16 (20 %, 50 %, 30 % of executions): 9.6 on average.
+    assert "420.0" in rows["batched"]
+    assert "9.6" in rows["batched"] and "preferred 8, 16" in rows["batched"]
+    assert "1.0" in rows["unbatched"] and "batching off" in rows["unbatched"]
+    assert "batching off" in dash_duo.find_element(f"#{ids.Overview.MODELS} .badge").text
+    assert "targets up" in dash_duo.find_element(f"#{ids.Overview.SUMMARY}").text
+    assert dash_duo.find_elements(".banner") == []
+    screenshot("overview")
+
+    # Filtering keeps the rows whose model or target matches.
+    dash_duo.find_element(f"#{ids.Overview.FILTER}").send_keys("unb")
+    dash_duo.wait_for_text_to_equal(f"#{ids.Overview.MODELS} a.model-link", "unbatched",
+                                    timeout=20)
+    assert len(dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")) == 1
+    assert _severe_logs(dash_duo) == []
+
+
+def test_a_model_named_like_html_is_shown_as_text(dash_duo, seeded_store, screenshot) -> None:
+    dash_duo.start_server(create_app(seeded_store(HOSTILE), refresh_s=REFRESH_S))
+    dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", HOSTILE, timeout=20)
+    links = [a.text for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")]
+    assert HOSTILE in links
+    assert dash_duo.driver.find_elements(By.TAG_NAME, "img") == []
+    assert _no_alert(dash_duo.driver)
+    screenshot("overview-hostile-name")
+
+    # Its model page: the name is the heading's text, and still no image element.
+    link = next(a for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")
+                if a.text == HOSTILE)
+    link.click()
+    dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", HOSTILE, timeout=20)
+    dash_duo.wait_for_element(f"#{ids.Model.QPS} .scatterlayer .trace", timeout=20)
+    dash_duo.wait_for_contains_text(f"#{ids.Model.CONFIG}", "max_batch_size", timeout=20)
+    assert dash_duo.driver.find_elements(By.TAG_NAME, "img") == []
+    assert _no_alert(dash_duo.driver)
+    screenshot("model-hostile-name")
+
+
+def test_the_model_page_draws_its_graphs(dash_duo, seeded_store, screenshot) -> None:
+    dash_duo.start_server(create_app(seeded_store(), refresh_s=REFRESH_S))
+    query = urlencode({"target": "testbed", "model": "unbatched", "range": "15m"})
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/model?{query}", timeout=20)
+    dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", "unbatched", timeout=20)
+    for graph in (ids.Model.QPS, ids.Model.BATCH, ids.Model.LATENCY, ids.Model.PENDING,
+                  ids.Model.FAILURES, ids.Model.SERVICE_TIME):
+        dash_duo.wait_for_element(f"#{graph} .scatterlayer .trace", timeout=20)
+    dash_duo.wait_for_element(f"#{ids.Model.DISTRIBUTION} .barlayer .trace", timeout=20)
+    # The stacked queue/compute figure has both traces.
+    assert len(dash_duo.find_elements(f"#{ids.Model.LATENCY} .scatterlayer .trace")) == 2
+    dash_duo.wait_for_contains_text(f"#{ids.Model.RECOMMENDATION}", "dynamic_batching {",
+                                    timeout=20)
+    assert "probe" in dash_duo.find_element(f"#{ids.Model.RECOMMENDATION}").text
+    assert "batching off" in dash_duo.find_element(f"#{ids.Model.FINDINGS}").text
+    assert "max_batch_size" in dash_duo.find_element(f"#{ids.Model.CONFIG}").text
+    current = dash_duo.find_element(".range-current")
+    assert current.text == "15m"
+    screenshot("model-page")
+
+    # The light theme restyles the page and redraws the figures with its template.
+    dash_duo.find_element(f"#{ids.Shell.THEME} input[value='light']").click()
+    dash_duo.wait_for_class_to_equal(f"#{ids.Shell.ROOT}", "shell theme-light", timeout=20)
+    dash_duo.wait_for_style_to_equal(f"#{ids.Model.QPS} .gtitle", "fill", "rgb(27, 36, 48)",
+                                     timeout=20)
+    screenshot("model-page-light")
+    assert _severe_logs(dash_duo) == []
+
+
+def test_an_unreachable_store_shows_a_banner_not_a_stack_trace(dash_duo, tmp_path,
+                                                               screenshot) -> None:
+    url = f"sqlite:///{tmp_path}/no-such-dir/x.db"
+    dash_duo.start_server(create_app(url, refresh_s=REFRESH_S))
+    dash_duo.wait_for_contains_text(f"#{ids.Overview.BANNER}", "store cannot be opened",
+                                    timeout=20)
+    body = dash_duo.find_element("body").text
+    assert "Traceback" not in body and "sqlalchemy" not in body.lower()
+    screenshot("store-unreachable")
+
+
+def test_an_empty_store_says_how_to_add_a_target(dash_duo, tmp_path, screenshot) -> None:
+    dash_duo.start_server(create_app(f"sqlite:///{tmp_path}/empty.db", refresh_s=REFRESH_S))
+    dash_duo.wait_for_contains_text(f"#{ids.Overview.EMPTY}", "no targets yet", timeout=20)
+    assert "batchscope collect --triton URL" in dash_duo.find_element(
+        f"#{ids.Overview.EMPTY}").text
+    screenshot("empty-store")

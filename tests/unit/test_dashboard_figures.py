@@ -1,0 +1,224 @@
+"""The dashboard's pure builders on small inputs: figures (traces, reference lines,
+themes, explicit empty states) and the components that render Triton names as text."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+
+import pytest
+from dash import dcc, html
+
+from dashboard import components, figures
+from dashboard.queries import (
+    BatchDistribution,
+    FindingView,
+    ModelRow,
+    ModelSeries,
+    OverviewData,
+    ServiceTimeView,
+    TargetTile,
+)
+from dashboard.theme import DARK, LIGHT, palette, utilisation_colour
+
+T0 = 1_700_000_000.0
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+def series(**overrides: object) -> ModelSeries:
+    values: dict[str, object] = dict(
+        bucket_s=5.0, source="raw", t=[T0, T0 + 5, T0 + 10, T0 + 15],
+        qps=[100.0, 110.0, None, 90.0], avg_batch_size=[6.0, 6.5, None, 5.0],
+        queue_ms=[5.0, 6.0, None, 4.0], compute_ms=[15.0, 15.5, None, 14.0],
+        pending=[3.0, 2.0, None, 1.0], fail_per_s=[0.0, 0.5, None, 0.0])
+    values.update(overrides)
+    return ModelSeries(**values)  # type: ignore[arg-type]
+
+
+def empty_series() -> ModelSeries:
+    return ModelSeries(bucket_s=0.0, source="none")
+
+
+def annotation_texts(fig) -> list[str]:  # type: ignore[no-untyped-def]
+    return [a.text for a in fig.layout.annotations]
+
+
+def assert_empty(fig, needle: str) -> None:  # type: ignore[no-untyped-def]
+    assert len(fig.data) == 0
+    assert fig.layout.xaxis.visible is False and fig.layout.yaxis.visible is False
+    assert any(needle in t for t in annotation_texts(fig))
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def test_qps_figure_draws_the_series_with_gaps_and_utc_times() -> None:
+    fig = figures.qps_figure(series(), DARK)
+    (trace,) = fig.data
+    assert list(trace.y) == [100.0, 110.0, None, 90.0]  # the gap stays a gap
+    assert trace.x[0] == datetime.fromtimestamp(T0, tz=UTC)
+    assert fig.layout.title.text == "Requests per second"
+    assert fig.layout.xaxis.type == "date"
+
+
+def test_every_time_series_figure_has_an_explicit_empty_state() -> None:
+    for build in (figures.qps_figure, figures.latency_figure, figures.failures_figure,
+                  figures.pending_figure):
+        assert_empty(build(empty_series(), DARK), "")
+    assert_empty(figures.batch_size_figure(empty_series(), DARK), "no samples in this range")
+    assert_empty(figures.pending_figure(series(pending=[None] * 4), DARK),
+                 "no pending-request gauge")
+
+
+def test_batch_size_figure_marks_preferred_sizes_and_the_maximum() -> None:
+    fig = figures.batch_size_figure(series(), LIGHT, preferred=[16, 8, 8], max_batch_size=32)
+    assert len(fig.data) == 1
+    lines = sorted((s.y0, s.line.dash) for s in fig.layout.shapes)
+    assert lines == [(8, "dash"), (16, "dash"), (32, "dot")]
+    assert {"preferred 8", "preferred 16", "max 32"} <= set(annotation_texts(fig))
+
+
+def test_latency_figure_stacks_compute_under_queue() -> None:
+    fig = figures.latency_figure(series(), DARK)
+    assert [t.name for t in fig.data] == ["compute", "queue"]
+    assert {t.stackgroup for t in fig.data} == {"time"}
+    assert list(fig.data[1].y) == [5.0, 6.0, None, 4.0]
+    assert fig.data[1].line.color == palette(DARK).queue
+
+
+def test_failures_and_pending_figures() -> None:
+    assert list(figures.failures_figure(series(), DARK).data[0].y) == [0.0, 0.5, None, 0.0]
+    assert figures.failures_figure(series(), DARK).data[0].line.color == palette(DARK).failure
+    assert list(figures.pending_figure(series(), DARK).data[0].y) == [3.0, 2.0, None, 1.0]
+
+
+def test_distribution_figure_shows_shares_and_highlights_preferred_sizes() -> None:
+    d = BatchDistribution(sizes=[1, 4, 8], executions=[10, 30, 60], mean_ms=[4.5, 6.0, 8.0])
+    fig = figures.distribution_figure(d, DARK, preferred=[8])
+    (bar,) = fig.data
+    assert list(bar.x) == [1, 4, 8]
+    assert list(bar.y) == pytest.approx([0.1, 0.3, 0.6])
+    colours = list(bar.marker.color)
+    assert colours[2] != colours[0] == colours[1]
+    assert_empty(figures.distribution_figure(BatchDistribution(), DARK), "no batch statistics")
+
+
+def test_service_time_figure_draws_points_and_the_fitted_line() -> None:
+    view = ServiceTimeView(sizes=[4, 8], mean_ms=[6.0, 8.0], executions=[100, 400],
+                           intercept_ms=4.0, per_sample_ms=0.5, max_batch_size=32)
+    fig = figures.service_time_figure(view, DARK)
+    points, line = fig.data
+    assert list(points.x) == [4, 8] and list(points.y) == [6.0, 8.0]
+    assert points.marker.size[1] > points.marker.size[0]  # more executions, bigger marker
+    assert list(line.x) == [1, 32] and list(line.y) == pytest.approx([4.5, 20.0])
+    one = ServiceTimeView(sizes=[1], mean_ms=[4.5], executions=[50], intercept_ms=4.5,
+                          per_sample_ms=None, max_batch_size=32)
+    fig = figures.service_time_figure(one, DARK)
+    assert len(fig.data) == 1
+    assert any("slope is not known" in t for t in annotation_texts(fig))
+    assert_empty(figures.service_time_figure(None, DARK), "no batch statistics")
+
+
+def test_themes_differ_and_unknown_falls_back_to_dark() -> None:
+    dark = figures.qps_figure(series(), DARK)
+    light = figures.qps_figure(series(), LIGHT)
+    assert dark.layout.template.layout.font.color == palette(DARK).text
+    assert light.layout.template.layout.font.color == palette(LIGHT).text
+    assert dark.layout.template.layout.font.color != light.layout.template.layout.font.color
+    assert palette("nope") == palette(DARK)
+
+
+def test_builders_are_pure() -> None:
+    s = series()
+    before = copy.deepcopy(s)
+    first = figures.latency_figure(s, DARK).to_dict()
+    assert figures.latency_figure(s, DARK).to_dict() == first
+    assert s == before
+
+
+def test_plotly_text_is_escaped() -> None:
+    assert figures.plain(HOSTILE) == "&lt;img src=x onerror=alert(1)&gt;"
+    fig = figures.empty_figure(f"nothing for {HOSTILE}", DARK)
+    assert "<img" not in annotation_texts(fig)[0]
+
+
+def test_utilisation_colours_run_from_idle_to_busy() -> None:
+    assert utilisation_colour(None) == "#6b7280"
+    assert len({utilisation_colour(p) for p in (5, 40, 70, 95)}) == 4
+    assert utilisation_colour(0) == utilisation_colour(29.9)
+
+
+# --------------------------------------------------------------------------- components
+
+
+def row(model: str, **overrides: object) -> ModelRow:
+    values: dict[str, object] = dict(
+        target="t", model=model, version="1", up=True, qps=10.0, avg_batch_size=2.0,
+        max_batch_size=32, preferred_batch_sizes=[8, 16], dynamic_batching=True,
+        queue_share=0.5, busy_share=0.5, pending=1.0, fail_per_s=0.0, instance_count=1,
+        last_sample_at=T0)
+    values.update(overrides)
+    return ModelRow(**values)  # type: ignore[arg-type]
+
+
+def finding(kind: str, severity: str = "warning") -> FindingView:
+    return FindingView(id=1, kind=kind, severity=severity, target="t", subject="m",
+                       summary="s", window_start=T0, window_end=T0, created_at=T0,
+                       resolved_at=None)
+
+
+def walk(component):  # type: ignore[no-untyped-def]
+    yield component
+    children = getattr(component, "children", None)
+    if isinstance(children, list | tuple):
+        for c in children:
+            yield from walk(c)
+    elif children is not None and not isinstance(children, str | int | float):
+        yield from walk(children)
+
+
+def test_a_hostile_model_name_is_a_text_child_and_an_encoded_link() -> None:
+    table = components.models_table([row(HOSTILE)])
+    links = [c for c in walk(table) if isinstance(c, dcc.Link)]
+    (link,) = links
+    assert link.children == HOSTILE  # text, which React escapes
+    assert "<" not in link.href and "%3Cimg" in link.href
+    assert not any(isinstance(c, html.Img) for c in walk(table))
+
+
+def test_rows_filter_and_sort() -> None:
+    rows = [row("b", qps=5.0, busy_share=0.9), row("a", qps=50.0, busy_share=None),
+            row("c", qps=None, findings=[finding("batching_off"), finding("idle_capacity")])]
+    assert [r.model for r in components.sort_rows(rows, "name")] == ["a", "b", "c"]
+    assert [r.model for r in components.sort_rows(rows, "qps")] == ["a", "b", "c"]
+    assert [r.model for r in components.sort_rows(rows, "busy_share")] == ["c", "b", "a"]
+    assert [r.model for r in components.sort_rows(rows, "findings")][0] == "c"
+    assert [r.model for r in components.filter_rows(rows, " B ")] == ["b"]
+    assert len(components.filter_rows(rows, "T")) == 3  # the target matches too
+    assert len(components.filter_rows(rows, None)) == 3
+
+
+def test_empty_state_and_down_banner() -> None:
+    empty = OverviewData(generated_at=T0, window_s=60)
+    (state,) = components.empty_state(empty)
+    assert components.EMPTY_TEXT in [getattr(c, "children", None) for c in walk(state)]
+    down = OverviewData(generated_at=T0 + 30, window_s=60, targets=[
+        TargetTile(name="t", kind="triton", up=False, last_error="connection refused",
+                   last_seen_at=T0, consecutive_failures=3, models=0)])
+    (message,) = components.overview_messages(down)
+    assert "target t is down: connection refused" in message and "30 s ago" in message
+    failed = OverviewData(generated_at=T0, window_s=60, error="the store is unreachable: x")
+    assert components.overview_messages(failed) == ["the store is unreachable: x"]
+    assert components.empty_state(failed) == []
+
+
+def test_batch_cell_says_what_the_average_is_measured_against() -> None:
+    def cell_text(r: ModelRow) -> list[str]:
+        table = components.models_table([r])
+        return [c.children for c in walk(table)
+                if isinstance(c, html.Span) and c.className == "against"]
+
+    assert cell_text(row("m")) == ["preferred 8, 16"]
+    assert cell_text(row("m", dynamic_batching=False, preferred_batch_sizes=[])) == [
+        "batching off"]
+    assert cell_text(row("m", preferred_batch_sizes=[])) == ["max 32"]

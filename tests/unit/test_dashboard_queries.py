@@ -1,0 +1,395 @@
+"""The dashboard's query module on seeded SQLite stores: what the overview and a model
+page read, bounded and typed, and a banner instead of an exception when the store
+fails. Also the app factory served through its WSGI entry, and the CLI's defaults."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collector.cli import build_parser
+from collector.errors import ConfigError
+from collector.records import DeviceSample, TritonSnapshot
+from collector.store import Store
+from dashboard.queries import (
+    RANGES,
+    DashboardQueries,
+    ModelDetail,
+    OverviewData,
+    from_json,
+    parse_range,
+    to_json,
+)
+from tests.browser.seed import Load, model_config, scrape_ok, steady_load, store_recommendation
+
+T0 = 1_000_000.0
+BATCHED = model_config("batched", batching=True, preferred=(8, 16), delay_us=2000)
+UNBATCHED = model_config("unbatched", batching=False)
+
+
+def batched_load(**overrides: object) -> Load:
+    values: dict[str, object] = dict(config=BATCHED, qps=100.0, request_ms=20.0,
+                                     queue_share=0.25, batch_mix={4: 0.5, 8: 0.5},
+                                     cost_ms=lambda b: 4.0 + 0.5 * b, pending=3.0)
+    values.update(overrides)
+    return Load(**values)  # type: ignore[arg-type]
+
+
+def unbatched_load() -> Load:
+    return Load(config=UNBATCHED, qps=50.0, request_ms=40.0, queue_share=0.8,
+                batch_mix={1: 1.0}, cost_ms=lambda b: 4.5, fail_per_s=0.5, pending=None)
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/dash.db"
+
+
+@pytest.fixture
+def store(db_url: str) -> Store:
+    s = Store(db_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def seeded(store: Store, db_url: str) -> str:
+    """Two models on target t, one scrape every 5 s for 10 minutes, t up."""
+    steady_load(store, [batched_load(), unbatched_load()], target="t", start=T0, seconds=600,
+                step=5)
+    scrape_ok(store, "t", T0 + 600)
+    return db_url
+
+
+def queries(url: str) -> DashboardQueries:
+    return DashboardQueries(url, clock=lambda: T0 + 600)
+
+
+# --------------------------------------------------------------------------- overview
+
+
+def test_overview_lists_every_model_with_its_rates_and_config(seeded: str) -> None:
+    data = queries(seeded).overview(window_s=60)
+    assert data.error is None and not data.empty
+    rows = {r.model: r for r in data.models}
+    assert sorted(rows) == ["batched", "unbatched"]
+    b, u = rows["batched"], rows["unbatched"]
+    assert b.qps == pytest.approx(100.0, rel=1e-6)
+    assert b.avg_batch_size == pytest.approx(6.0, rel=1e-6)
+    assert b.preferred_batch_sizes == [8, 16] and b.dynamic_batching is True
+    assert b.queue_share == pytest.approx(0.25, rel=1e-6)
+    assert b.pending == 3.0 and b.up is True
+    assert u.qps == pytest.approx(50.0, rel=1e-6)
+    assert u.avg_batch_size == pytest.approx(1.0)
+    assert u.dynamic_batching is False and u.preferred_batch_sizes == []
+    assert u.fail_per_s == pytest.approx(0.5, rel=1e-6)
+    # Busy share from batch_stats: 50 executions/s × 4.5 ms = 0.225 of one instance.
+    assert u.busy_share == pytest.approx(0.225, rel=0.02)
+    assert [t.name for t in data.targets] == ["t"] and data.targets[0].up is True
+    assert data.targets[0].models == 2
+    # No GPU readings: no idle-GPU total, but idle model instances are totalled.
+    assert data.idle_gpus is None and data.devices == []
+    assert data.instances_total == 2
+    assert data.instances_idle == pytest.approx(2 - b.busy_share - u.busy_share)
+
+
+def test_overview_attaches_active_findings_to_their_rows(seeded: str, store: Store) -> None:
+    common = dict(target="t", window_start=T0, window_end=T0 + 600, created_at=T0 + 600)
+    store.add_finding(kind="batching_off", severity="warning", subject="unbatched",
+                      summary="requests wait but run one at a time", **common)
+    resolved = store.add_finding(kind="queue_saturation", severity="critical",
+                                 subject="unbatched", summary="old", **common)
+    store.resolve_finding(resolved, T0 + 600)
+    data = queries(seeded).overview()
+    rows = {r.model: r for r in data.models}
+    assert [f.kind for f in rows["unbatched"].findings] == ["batching_off"]
+    assert rows["batched"].findings == []
+
+
+def test_device_tiles_total_idle_gpus_counting_mig_slices(store: Store, db_url: str) -> None:
+    at = T0 + 10
+    store.write_devices("host", at, [
+        DeviceSample(source="nvml", uuid="GPU-a", index=0, name="A100", sm_active_pct=20.0),
+        DeviceSample(source="nvml", uuid="GPU-b", index=1, utilization_gpu_pct=80.0),
+        DeviceSample(source="nvml", uuid="GPU-m", index=2, memory_total_bytes=80 * 2**30),
+        DeviceSample(source="nvml", uuid="MIG-1", kind="mig", parent_uuid="GPU-m",
+                     memory_total_bytes=40 * 2**30, sm_active_pct=0.0),
+        DeviceSample(source="nvml", uuid="MIG-2", kind="mig", parent_uuid="GPU-m",
+                     memory_total_bytes=40 * 2**30, sm_active_pct=50.0),
+    ])
+    # Triton's own reading of GPU-a: NVML's is preferred, one tile per device.
+    store.write_triton(TritonSnapshot(
+        target="t", collected_at=at,
+        gpus=(DeviceSample(source="triton", uuid="GPU-a", utilization_gpu_pct=99.0),)))
+    store.add_finding(kind="idle_capacity", severity="info", target="host", subject="GPU-a",
+                      summary="idle", window_start=T0, window_end=at, created_at=at)
+    data = DashboardQueries(db_url, clock=lambda: at).overview()
+    tiles = {d.uuid: d for d in data.devices}
+    assert sorted(tiles) == ["GPU-a", "GPU-b", "GPU-m", "MIG-1", "MIG-2"]
+    assert tiles["GPU-a"].source == "nvml" and tiles["GPU-a"].utilisation_pct == 20.0
+    assert tiles["GPU-a"].metric == "sm_active_pct"
+    assert tiles["GPU-b"].metric == "utilization_gpu_pct"
+    assert tiles["GPU-m"].weight == 0.0  # its capacity is its MIG instances'
+    assert tiles["MIG-1"].weight == pytest.approx(0.5)
+    # 0.8 + 0.2 + 0.5 × 1.0 + 0.5 × 0.5
+    assert data.idle_gpus == pytest.approx(1.75)
+    assert [f.subject for f in data.device_findings] == ["GPU-a"]
+
+
+def test_empty_store_is_empty_not_an_error(db_url: str) -> None:
+    data = DashboardQueries(db_url).overview()
+    assert data.error is None and data.empty
+    assert data.models == [] and data.targets == [] and data.last_sample_at is None
+
+
+def test_a_down_target_is_reported_with_its_error(seeded: str, store: Store) -> None:
+    scrape_ok(store, "t", T0 + 601, ok=False, error="connection refused")
+    data = queries(seeded).overview()
+    (down,) = data.down_targets
+    assert down.name == "t" and down.last_error == "connection refused"
+    assert down.consecutive_failures == 1
+    assert all(r.up is False for r in data.models)
+
+
+def test_an_unreachable_store_gives_an_error_line_not_an_exception(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/missing-dir/x.db"
+    q = DashboardQueries(url)
+    data = q.overview()
+    assert data.error is not None and data.error.startswith("the store cannot be opened")
+    assert "Traceback" not in data.error and "\n" not in data.error
+    detail = q.model_detail("t", "m")
+    assert detail.error is not None and not detail.known
+
+
+def test_the_store_is_reopened_after_a_failure(db_url: str) -> None:
+    calls = []
+
+    def flaky(url: str) -> Store:
+        calls.append(url)
+        if len(calls) == 1:
+            raise ConfigError("db_url", "down")
+        return Store(url)
+
+    q = DashboardQueries(db_url, store_factory=flaky)
+    assert q.overview().error is not None
+    assert q.overview().error is None
+    q.close()
+    assert len(calls) == 2
+
+
+# --------------------------------------------------------------------------- model page
+
+
+def test_model_detail_reads_series_distribution_fit_config(seeded: str) -> None:
+    detail = queries(seeded).model_detail("t", "batched", range_name="15m")
+    assert detail.error is None and detail.known and detail.up is True
+    assert detail.range_name == "15m" and detail.until - detail.since == 900
+    s = detail.series
+    assert s.source == "raw" and 0 < len(s.t) <= 240
+    assert s.bucket_s == 5.0  # never shorter than the scrape interval: no empty buckets
+    assert len(s.t) == len(s.qps) == len(s.avg_batch_size) == len(s.queue_ms) == len(s.pending)
+    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.qps)
+    assert all(v == pytest.approx(6.0, rel=1e-6) for v in s.avg_batch_size)
+    assert all(v == pytest.approx(20.0 * 0.25, rel=1e-6) for v in s.queue_ms)
+    assert all(v == pytest.approx(20.0 * 0.75, rel=1e-6) for v in s.compute_ms)
+    assert set(s.pending) == {3.0} and set(s.fail_per_s) == {0.0}
+    assert s.t == sorted(s.t) and s.t[0] > T0 and s.t[-1] == T0 + 600
+
+    d = detail.distribution
+    assert d.sizes == [4, 8]
+    assert d.executions[0] == pytest.approx(d.executions[1], rel=0.01)
+    assert sum(d.executions) == pytest.approx(100 / 6 * 600, rel=0.01)
+    assert d.mean_ms == pytest.approx([6.0, 8.0], rel=0.01)
+    fit = detail.service_time
+    assert fit is not None and fit.sizes == [4, 8]
+    assert fit.intercept_ms == pytest.approx(4.0, rel=0.05)
+    assert fit.per_sample_ms == pytest.approx(0.5, rel=0.05)
+    assert fit.max_batch_size == 32
+
+    c = detail.config
+    assert c is not None and c.preferred_batch_sizes == [8, 16] and c.max_queue_delay_us == 2000
+    assert json.loads(c.raw_json)["dynamic_batching"]["preferred_batch_size"] == [8, 16]
+
+
+def test_each_part_of_the_model_page_can_be_read_on_its_own(seeded: str) -> None:
+    q = queries(seeded)
+    whole = q.model_detail("t", "batched", range_name="15m")
+    since, until = whole.since, whole.until
+    assert q.model_series("t", "batched", since=since, until=until) == whole.series
+    assert q.batch_distribution("t", "batched", since=since, until=until) == whole.distribution
+    assert q.service_time("t", "batched", since=since, until=until) == whole.service_time
+    assert q.findings("t", "batched", since=since) == whole.findings
+    assert q.latest_recommendation("t", "batched") == whole.recommendation
+
+
+def test_series_points_are_bounded(seeded: str) -> None:
+    detail = queries(seeded).model_detail("t", "batched", range_name="15m", max_points=30)
+    assert 0 < len(detail.series.t) <= 31
+    assert all(v == pytest.approx(100.0, rel=1e-6) for v in detail.series.qps)
+
+
+def test_a_gap_in_scrapes_breaks_the_series(store: Store, db_url: str) -> None:
+    steady_load(store, [batched_load()], target="t", start=T0, seconds=600, step=5,
+                skip=(T0 + 200, T0 + 400))
+    s = queries(db_url).model_detail("t", "batched", range_name="15m", max_points=60).series
+    gaps = [i for i, v in enumerate(s.qps) if v is None]
+    assert len(gaps) == 1
+    # The pair across the gap still reports the true average rate, not a spike.
+    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.qps if v is not None)
+
+
+def test_a_counter_reset_gives_no_negative_rate(store: Store, db_url: str) -> None:
+    steady_load(store, [batched_load()], target="t", start=T0, seconds=300, step=5)
+    steady_load(store, [batched_load()], target="t", start=T0 + 301, seconds=295,  # restart
+                step=5)
+    s = queries(db_url).model_detail("t", "batched", range_name="15m").series
+    assert all(v is not None and v >= 0 for v in s.qps)
+    assert max(s.qps) < 150.0
+
+
+def test_findings_of_the_model_only_open_first(seeded: str, store: Store) -> None:
+    common = dict(target="t", window_start=T0, window_end=T0 + 600)
+    old = store.add_finding(kind="queue_saturation", severity="critical", subject="unbatched",
+                            summary="was saturated", created_at=T0 + 100, **common)
+    store.resolve_finding(old, T0 + 200)
+    store.add_finding(kind="batching_off", severity="warning", subject="unbatched",
+                      summary="batching is off", evidence={"concurrency": 2.0},
+                      created_at=T0 + 300, **common)
+    store.add_finding(kind="batch_below_preferred", severity="info", subject="batched",
+                      summary="other model", created_at=T0 + 300, **common)
+    before = store.add_finding(kind="batching_off", severity="warning", subject="unbatched",
+                               summary="before the range", created_at=T0 - 5000, **common)
+    store.resolve_finding(before, T0 - 4000)
+    found = queries(seeded).model_detail("t", "unbatched").findings
+    assert [(f.kind, f.active) for f in found] == [("batching_off", True),
+                                                   ("queue_saturation", False)]
+    assert found[0].evidence == {"concurrency": 2.0}
+
+
+def test_latest_recommendation_with_its_pbtxt(seeded: str, store: Store) -> None:
+    store_recommendation(store, target="t", config=UNBATCHED, qps=50, p95_ms=80,
+                         created_at=T0 + 100)
+    store_recommendation(store, target="t", config=UNBATCHED, qps=55, p95_ms=70,
+                         created_at=T0 + 500)
+    rec = queries(seeded).model_detail("t", "unbatched").recommendation
+    assert rec is not None and rec.kind == "probe" and rec.status == "probe"
+    assert rec.current_qps == 55 and rec.predicted_qps == pytest.approx(55 * 2.5)
+    assert rec.changes == [["dynamic_batching", "False", "True"]]
+    assert "dynamic_batching {" in rec.config_pbtxt
+    assert queries(seeded).model_detail("t", "batched").recommendation is None
+
+
+def test_a_recommendation_row_that_is_not_a_full_document_still_shows(
+        seeded: str, store: Store) -> None:
+    store.add_recommendation(target="t", model="batched", change={"reason": "hand-written"},
+                             predicted={"qps": 120.0, "p95_ms": 12.0}, confidence=0.5,
+                             config_fragment="max_batch_size: 32\n", created_at=T0)
+    rec = queries(seeded).latest_recommendation("t", "batched")
+    assert rec is not None and rec.reason == "hand-written" and rec.predicted_qps == 120.0
+    assert rec.config_pbtxt == "max_batch_size: 32\n" and rec.changes == []
+
+
+def test_long_ranges_read_rollups_and_the_raw_tail(store: Store, db_url: str) -> None:
+    steady_load(store, [batched_load()], target="t", start=T0, seconds=2400, step=10)
+    store.rollup(T0 + 2100, bucket_s=300)  # the last 400 s are not rolled up yet
+    q = DashboardQueries(db_url, clock=lambda: T0 + 2400)
+    detail = q.model_detail("t", "batched", range_name="6h")
+    s = detail.series
+    assert s.source == "rollup" and s.bucket_s >= 300 and 0 < len(s.t) <= 240
+    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.qps if v is not None)
+    assert s.t[-1] > T0 + 2100  # the tail after the last rollup is there
+    assert detail.distribution.sizes == [4, 8]
+    assert sum(detail.distribution.executions) == pytest.approx(100 / 6 * 2400, rel=0.02)
+
+
+def test_long_ranges_without_rollups_read_a_bounded_raw_part(store: Store,
+                                                             db_url: str) -> None:
+    steady_load(store, [batched_load()], target="t", start=T0, seconds=1200, step=10)
+    s = DashboardQueries(db_url, clock=lambda: T0 + 1200).model_detail(
+        "t", "batched", range_name="24h").series
+    assert s.source == "raw" and s.truncated_to_s == 6 * 3600
+    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.qps if v is not None)
+
+
+def test_an_unknown_model_is_not_known(seeded: str) -> None:
+    detail = queries(seeded).model_detail("t", "nope")
+    assert detail.error is None and not detail.known
+    assert detail.series.empty and detail.distribution.empty and detail.service_time is None
+
+
+def test_ranges_parse_with_a_default() -> None:
+    assert parse_range("1h") == ("1h", 3600.0)
+    assert parse_range(None) == ("15m", 900.0)
+    assert parse_range("forever") == ("15m", 900.0)
+    assert list(RANGES) == ["5m", "15m", "1h", "6h", "24h", "7d"]
+
+
+def test_answers_round_trip_through_json(seeded: str, store: Store) -> None:
+    store.add_finding(kind="batching_off", severity="warning", target="t", subject="unbatched",
+                      summary="s", window_start=T0, window_end=T0 + 1, evidence={"x": 1.5},
+                      created_at=T0 + 590)
+    store_recommendation(store, target="t", config=UNBATCHED, qps=50, p95_ms=80,
+                         created_at=T0 + 100)
+    q = queries(seeded)
+    overview = q.overview()
+    assert from_json(OverviewData, json.loads(json.dumps(to_json(overview)))) == overview
+    detail = q.model_detail("t", "unbatched")
+    assert from_json(ModelDetail, json.loads(json.dumps(to_json(detail)))) == detail
+
+
+# --------------------------------------------------------------------------- app and CLI
+
+
+def _callback(client, output: str, inputs: list[dict], state: list[dict] | None = None):  # type: ignore[no-untyped-def]
+    component, prop = output.split(".")
+    return client.post("/_dash-update-component", json={
+        "output": output, "outputs": {"id": component, "property": prop},
+        "inputs": inputs, "state": state or [],
+        "changedPropIds": [f"{i['id']}.{i['property']}" for i in inputs]})
+
+
+def test_the_app_serves_its_pages_and_the_tick_reads_the_store(seeded: str) -> None:
+    from dashboard import ids
+    from dashboard.app import create_app
+
+    app = create_app(seeded, refresh_s=2.5, queries=queries(seeded))
+    assert not app.config.suppress_callback_exceptions
+    client = app.server.test_client()
+    page = client.get("/")
+    assert page.status_code == 200 and b"batchscope" in page.data
+    assert client.get("/model?target=t&model=batched").status_code == 200
+    layout = client.get("/_dash-layout")
+    assert layout.status_code == 200
+
+    tick = _callback(client, f"{ids.Overview.DATA}.data",
+                     [{"id": ids.Overview.INTERVAL, "property": "n_intervals", "value": 0}])
+    assert tick.status_code == 200
+    data = tick.get_json()["response"][ids.Overview.DATA]["data"]
+    assert sorted(m["model"] for m in data["models"]) == ["batched", "unbatched"]
+
+    detail = _callback(client, f"{ids.Model.DATA}.data",
+                       [{"id": ids.Model.INTERVAL, "property": "n_intervals", "value": 0}],
+                       [{"id": ids.Model.QUERY, "property": "data",
+                         "value": {"target": "t", "model": "batched", "range": "1h"}}])
+    assert detail.status_code == 200
+    assert detail.get_json()["response"][ids.Model.DATA]["data"]["range_name"] == "1h"
+
+
+def test_the_page_interval_follows_refresh_s(seeded: str) -> None:
+    from dashboard.app import create_app
+    from dashboard.pages import overview  # loaded by create_app
+
+    app = create_app(seeded, refresh_s=2.5)
+    with app.server.test_request_context("/"):
+        interval = overview.layout().children[0]
+    assert interval.interval == 2500
+    with pytest.raises(ValueError):
+        create_app(seeded, refresh_s=0)
+
+
+def test_the_dashboard_command_binds_to_localhost_by_default() -> None:
+    args = build_parser().parse_args(["dashboard", "--db", "sqlite:///x.db"])
+    assert (args.host, args.port, args.refresh, args.db_url) == (
+        "127.0.0.1", 8050, 5.0, "sqlite:///x.db")
