@@ -62,7 +62,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -492,29 +492,6 @@ ServerFactory = Callable[..., TritonServer]
 Recommender = Callable[..., Recommendation]
 
 
-# The synthetic model burns CPU with small numpy products.  Left to itself OpenBLAS runs
-# them on a pool of threads per stub that spin between calls, taking the cores from the
-# server and the load generator: on 2 cores that cost ~25 % of the QPS and made repeated
-# runs of one config differ by as much again.  The stubs inherit the server's
-# environment, so it is set (unless the caller set it) while a server starts.
-BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-@contextlib.contextmanager
-def _blas_single_threaded() -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in BLAS_ENV}
-    for key, value in BLAS_ENV.items():
-        os.environ.setdefault(key, value)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def _start_server(specs: list[ModelSpec], **kwargs: Any) -> TritonServer:
     server = TritonServer(specs, **kwargs)
     server.start()
@@ -762,8 +739,8 @@ def fill_sweep(row: Row, sweep: Sweep) -> None:
 def run_case(case: Case, options: Options, factory: ServerFactory,
              recommend_model: Recommender | None, sweeps: dict[str, Sweep]) -> list[Row]:
     _log(f"case ({case.key}) {case.model}: {case.description}")
-    with _blas_single_threaded():
-        server = factory([case.spec], extra_args=["--metrics-config", "summary_latencies=true"])
+    # The testbed runs its stubs with single-threaded BLAS (see TritonServer).
+    server = factory([case.spec], extra_args=["--metrics-config", "summary_latencies=true"])
     rows: list[Row] = []
     try:
         bench = Bench(server, case, options)
