@@ -25,13 +25,11 @@ from collector.analysis.rates import rates_between
 from collector.config import TargetSettings
 from collector.errors import BatchscopeError, CollectError
 from collector.records import Finding, ModelSample, Recommendation
-from collector.sources.triton import TritonSource
+from collector.sources.triton import REQUEST_SUMMARY, TritonSource
 from collector.store import Store
 
 __all__ = ["ApplyRefused", "ApplyResult", "WindowFigures", "apply_recommendation",
            "measure_window"]
-
-REQUEST_SUMMARY = "nv_inference_request_summary_us"
 
 
 class ApplyRefused(BatchscopeError):

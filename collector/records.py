@@ -256,6 +256,13 @@ class ModelRates:
     busy_share: float | None = None  # Σ batch compute time / (window × instances)
     resets: int = 0
 
+    @property
+    def in_server(self) -> float:
+        """Mean number of requests inside the server (Little's law: λ × W)."""
+        if self.request_us_per_request is None:
+            return 0.0
+        return self.requests_per_s * self.request_us_per_request / 1e6
+
 
 @dataclass(frozen=True)
 class ModelSample:

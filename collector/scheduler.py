@@ -62,10 +62,6 @@ class SourceHealth:
     last_error_kind: str | None = None
 
 
-def _series_key(target: str, model: str, version: str) -> tuple[str, str, str]:
-    return (target, model, version)
-
-
 class CollectorService:
     """Runs the sources on a schedule and writes what they return to the store."""
 
@@ -162,7 +158,7 @@ class CollectorService:
                 series = (metrics.model, metrics.version)
                 current = ModelSample(target=snapshot.target, collected_at=snapshot.collected_at,
                                       metrics=metrics, stats=stats.get(series))
-                key = _series_key(snapshot.target, *series)
+                key = (snapshot.target, *series)
                 previous = self._previous.get(key)
                 if previous is not None and current.collected_at > previous.collected_at:
                     rates[series] = rates_between(previous, current,

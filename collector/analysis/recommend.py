@@ -48,6 +48,7 @@ from collector.records import (
     Prediction,
     Recommendation,
 )
+from collector.sources.triton import REQUEST_SUMMARY
 from collector.store import Store
 
 __all__ = [
@@ -60,7 +61,6 @@ __all__ = [
     "recommend_model",
 ]
 
-REQUEST_SUMMARY = "nv_inference_request_summary_us"
 SUMMARY_MAX_AGE_S = 60.0  # prometheus-cpp's default sliding window for summaries
 
 
@@ -168,12 +168,6 @@ def _population(points: Sequence[tuple[float, float]]) -> int:
     return int(min(max(round(intercept), lower), 2 * lower))
 
 
-def _in_server(rates: ModelRates) -> float:
-    if rates.request_us_per_request is None:
-        return 0.0
-    return rates.requests_per_s * rates.request_us_per_request / 1e6
-
-
 def observe_model(store: Store, target: str, model: str, *,
                   settings: RecommendSettings = RecommendSettings(),
                   now: float | None = None) -> Observation | None:
@@ -206,9 +200,9 @@ def observe_model(store: Store, target: str, model: str, *,
     batches = _summed_increase(history)
     fit = fit_service_time(batches)
 
-    in_server = _in_server(rates)
+    in_server = rates.in_server
     # (λ, L) of each saturated stretch of the look-back: closed-loop operating points.
-    points = [(r.requests_per_s, _in_server(r))
+    points = [(r.requests_per_s, r.in_server)
               for c in _chunks(history, settings.window_s / 3)
               if (r := window_rates(c)) is not None and r.requests_per_s > 0
               and (r.queue_share or 0.0) >= 0.2]

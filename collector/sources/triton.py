@@ -104,6 +104,8 @@ _FAILURE_FAMILY = "nv_inference_request_failure"
 # Triton before 23.x had no reason label on failures.
 _FAILURE_REASON_MISSING = "UNSPECIFIED"
 _SUMMARY_PREFIXES = ("nv_inference_", "nv_cache_")
+# Triton's end-to-end request latency summary (``summary_latencies=true``), in µs.
+REQUEST_SUMMARY = "nv_inference_request_summary_us"
 
 _GPU_FAMILIES: dict[str, str] = {
     "nv_gpu_utilization": "utilization_ratio",
