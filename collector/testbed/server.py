@@ -363,12 +363,11 @@ class TritonServer:
                     f"tritonserver exited with status {code} while starting; "
                     f"log tail:\n{self.log_tail()}"
                 )
-            try:
-                with urllib.request.urlopen(f"{self.http_url}/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass  # not listening yet, or listening but not ready (400)
+            # Ready means every URL handed out answers: Triton opens its metrics port
+            # after the HTTP endpoint can already report ready.
+            if all(self._answers(url) for url in (f"{self.http_url}/v2/health/ready",
+                                                   self.metrics_url)):
+                return
             if time.monotonic() > deadline:
                 raise TestbedError(
                     f"tritonserver was not ready after {self.startup_timeout_s:.0f} s; "
@@ -376,6 +375,14 @@ class TritonServer:
                 )
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
+
+    @staticmethod
+    def _answers(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False  # not listening yet, or listening but not ready (400)
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Shut down cleanly: SIGTERM, wait, then SIGKILL; no stub may survive."""
