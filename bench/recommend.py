@@ -63,7 +63,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +253,8 @@ class Round:
     predicted_p95_ms: float | None
     confidence: float | None
     reason: str
+    target: str = ""  # the store's target name, and when the window ended (epoch s):
+    ended_at: float = 0.0  # with --keep-stores, enough to observe the window again
 
 
 @dataclass
@@ -422,6 +424,7 @@ class Options:
     quick: bool
     sweep_only: bool
     json_path: str | None
+    keep_stores: str | None = None
 
 
 def parse_options(argv: Sequence[str] | None) -> Options:
@@ -455,6 +458,9 @@ def parse_options(argv: Sequence[str] | None) -> Options:
                         help="baseline and sweep only, without the recommender")
     parser.add_argument("--json", dest="json_path", metavar="FILE",
                         help="write the raw results as JSON to FILE")
+    parser.add_argument("--keep-stores", metavar="DIR",
+                        help="keep each observation's SQLite store in DIR (as "
+                             "CASE_cN.db), so bench/model_accuracy.py can replay it")
     args = parser.parse_args(argv)
 
     cases = tuple(c.strip() for c in args.cases.split(",") if c.strip())
@@ -483,7 +489,7 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         observe_s=observe, ramp_s=1.0, warmup_s=args.warmup_seconds,
         probe_rounds=args.probe_rounds, confirm=args.confirm,
         interval_s=0.5, grid=QUICK_GRID if args.quick else FULL_GRID, quick=args.quick,
-        sweep_only=args.sweep_only, json_path=args.json_path)
+        sweep_only=args.sweep_only, json_path=args.json_path, keep_stores=args.keep_stores)
 
 
 # --------------------------------------------------------------------------- steps
@@ -626,7 +632,12 @@ class Bench:
         opts = self.options
         target = target_from_url(self.server.http_url, self.server.metrics_url)
         with tempfile.TemporaryDirectory(prefix="batchscope-bench-") as tmp:
-            settings = Settings(targets=(target,), db_url=f"sqlite:///{tmp}/bench.db",
+            db = Path(tmp) / "bench.db"
+            if opts.keep_stores:
+                db = Path(opts.keep_stores) / f"{row.case}_c{row.concurrency}.db"
+                db.parent.mkdir(parents=True, exist_ok=True)
+                db.unlink(missing_ok=True)
+            settings = Settings(targets=(target,), db_url=f"sqlite:///{db}",
                                 interval_s=opts.interval_s, jitter_s=0.0,
                                 sources=("triton", "host"))
             store = Store(settings.db_url)
@@ -646,8 +657,9 @@ class Bench:
                     rec = recommend_model(store, target.name, self.case.model,
                                           slo_p95_ms=row.slo_p95_ms, window_s=window,
                                           now=ended)
-                    row.rounds.append(_round(self.loaded, observed, window,
-                                             time.monotonic() - t_rec, rec))
+                    row.rounds.append(replace(
+                        _round(self.loaded, observed, window, time.monotonic() - t_rec, rec),
+                        target=target.name, ended_at=ended))
                     if rec is None:
                         _log(f"    round {len(row.rounds)} on {short(self.loaded)}: observed "
                              f"{observed.short()} -> no recommendation (too little data)")

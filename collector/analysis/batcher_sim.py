@@ -111,11 +111,21 @@ class ClosedLoad:
     rejected on arrival (full queue) retries after ``think_ms`` plus the mean
     execution time of one request — a stand-in for the error round trip that keeps a
     zero-think client from spinning; one rejected by a queue timeout retries
-    ``think_ms`` after the timeout."""
+    ``think_ms`` after the timeout.
+
+    Real clients do not answer a batch's responses all at once. ``client_ms`` is the
+    time each response spends in a station the clients share and serve one at a time
+    (an asyncio event loop, a sender thread, a proxy): the responses of one batch leave
+    it ``client_ms`` apart, so the next requests arrive staggered rather than together
+    — which decides whether a free instance grabs a batch of one. ``think_cv`` spreads
+    each think time (gamma, that coefficient of variation around ``think_ms``). Both
+    0: every client of a batch sends again at the same instant."""
 
     clients: int
     think_ms: float = 0.0
     request_batch: int = 1
+    client_ms: float = 0.0
+    think_cv: float = 0.0
 
 
 Load = OpenLoad | ClosedLoad
@@ -135,7 +145,11 @@ class SimResult:
     time in the window per instance (overhead not included, as Triton's
     batch_stats do not include it), averaged over instances. ``rejected_per_s``:
     measured requests rejected, per second of window. ``completed``: measured
-    requests that completed.
+    requests that completed. ``client_p50_ms``/``client_p95_ms``: closed loads only
+    (equal to the server figures for open loads): per request, server latency plus the
+    client's time until it sent its next request (station wait, ``client_ms`` and its
+    own think time) — what a load generator that times send-to-send measures.
+    ``mean_client_ms``: the mean of that client part alone (0 for open loads).
     """
 
     throughput_per_s: float
@@ -149,12 +163,15 @@ class SimResult:
     rejected_per_s: float
     batch_size_counts: dict[int, int]
     completed: int
+    client_p50_ms: float = math.nan
+    client_p95_ms: float = math.nan
+    mean_client_ms: float = 0.0
 
 
 # Event kinds; at one instant the order does not matter (the batcher decides after).
 _FREE = 0  # an instance becomes free (payload: instance id)
 _RESPOND = 1  # closed load: the clients of a batch send again (payload: batch index)
-_RETRY = 2  # closed load: one client sends again after a rejection (payload: client)
+_RETRY = 2  # closed load: one client sends again (payload: client)
 _WAKE = 3  # the batcher re-examines the queue (delay expired, timeout, start)
 _EXEC_END = 4  # an execution ends before the instance's overhead (contention only)
 
@@ -181,6 +198,10 @@ def _validate(config: BatcherConfig, service: ServiceModel, load: Load, requests
                  f"clients must be an int >= 1, got {load.clients!r}")
         _require(math.isfinite(load.think_ms) and load.think_ms >= 0,
                  f"think_ms must be finite and >= 0, got {load.think_ms}")
+        _require(math.isfinite(load.client_ms) and load.client_ms >= 0,
+                 f"client_ms must be finite and >= 0, got {load.client_ms}")
+        _require(math.isfinite(load.think_cv) and load.think_cv >= 0,
+                 f"think_cv must be finite and >= 0, got {load.think_cv}")
     _require(config.instance_count >= 1,
              f"instance_count must be >= 1, got {config.instance_count}")
     _require(config.max_batch_size >= 0,
@@ -280,10 +301,19 @@ def simulate(config: BatcherConfig, service: ServiceModel, load: Load, *,
             gaps = rng.gamma(1.0 / d, mean_gap * d, R)
         arr = np.cumsum(gaps).tolist()
         clients, think = 0, 0.0
+        client_ms, think_draws = 0.0, None
     else:
         arr = [0.0] * R
         clients, think = load.clients, float(load.think_ms)
+        client_ms = float(load.client_ms)
+        think_draws = None
+        if load.think_cv > 0 and think > 0:
+            tshape = 1.0 / (load.think_cv * load.think_cv)
+            think_draws = rng.gamma(tshape, think / tshape, R).tolist()
     client_of = [0] * (0 if open_load else R)
+    back = [nan] * (0 if open_load else R)  # when each request's client sent again
+    staggered = client_ms > 0 or think_draws is not None
+    client_free = 0.0  # when the clients' shared station is next free
     reject_retry_ms = think + svc[1]
 
     # --- service randomness: one unit-mean multiplier per batch (at most R batches)
@@ -354,8 +384,17 @@ def simulate(config: BatcherConfig, service: ServiceModel, load: Load, *,
                 if free_ends_exec:
                     executing -= 1
             elif kind == _RESPOND:
-                for rid in b_members[x]:
-                    incoming.append(client_of[rid])
+                if staggered:
+                    # Each response passes the shared station in turn, then thinks.
+                    for rid in b_members[x]:
+                        client_free = (client_free if client_free > t else t) + client_ms
+                        again = client_free + (think_draws[rid] if think_draws else think)
+                        back[rid] = again
+                        push(heap, (again, _RETRY, client_of[rid]))
+                else:
+                    for rid in b_members[x]:
+                        back[rid] = t
+                        incoming.append(client_of[rid])
             elif kind == _RETRY:
                 incoming.append(x)
             elif kind == _EXEC_END:
@@ -462,7 +501,7 @@ def simulate(config: BatcherConfig, service: ServiceModel, load: Load, *,
                 push(heap, (te, _FREE, inst))
             if not open_load:
                 b_members.append(members)
-                push(heap, (te + think, _RESPOND, nb))
+                push(heap, (te if staggered else te + think, _RESPOND, nb))
             nb += 1
 
         if wake_timeouts and qh < len(q):
@@ -474,12 +513,14 @@ def simulate(config: BatcherConfig, service: ServiceModel, load: Load, *,
             wake_at = want_wake
 
     return _summarise(arr[:na] if not open_load else arr, start, end, warm,
-                      rejected_measured, b_start, b_end, b_size, k, instances)
+                      rejected_measured, b_start, b_end, b_size, k, instances,
+                      back=None if open_load else back)
 
 
 def _summarise(arr: list[float], start: list[float], end: list[float], warm: int,
                rejected_measured: int, b_start: list[float], b_end: list[float],
-               b_size: list[int], k: int, instances: int) -> SimResult:
+               b_size: list[int], k: int, instances: int, *,
+               back: list[float] | None = None) -> SimResult:
     """Window statistics from the per-request and per-batch records (vectorised)."""
     n = len(arr)
     a = np.asarray(arr, dtype=float)
@@ -499,6 +540,14 @@ def _summarise(arr: list[float], start: list[float], end: list[float], warm: int
         mean_lat, mean_wait = float(lat.mean()), float(wait.mean())
     else:
         p50 = p95 = p99 = mean_lat = mean_wait = math.nan
+    client_p50, client_p95, client_mean = p50, p95, 0.0
+    if back is not None:
+        again = np.asarray(back[:n], dtype=float)[warm:]
+        sent = ~np.isnan(again)
+        if sent.any():
+            cycle = again[sent] - a[warm:][sent]
+            client_p50, client_p95 = (float(v) for v in np.percentile(cycle, [50.0, 95.0]))
+            client_mean = float((again[sent] - en[warm:][sent]).mean())
 
     bs = np.asarray(b_start, dtype=float)
     be = np.asarray(b_end, dtype=float)
@@ -522,4 +571,5 @@ def _summarise(arr: list[float], start: list[float], end: list[float], warm: int
         throughput_per_s=throughput, p50_ms=p50, p95_ms=p95, p99_ms=p99,
         mean_latency_ms=mean_lat, mean_queue_ms=mean_wait, avg_batch_size=avg_batch,
         busy_share=busy, rejected_per_s=rejected, batch_size_counts=size_counts,
-        completed=int(done.sum()))
+        completed=int(done.sum()), client_p50_ms=client_p50, client_p95_ms=client_p95,
+        mean_client_ms=client_mean)

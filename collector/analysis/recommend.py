@@ -52,7 +52,9 @@ from collector.sources.triton import REQUEST_SUMMARY
 from collector.store import Store
 
 __all__ = [
+    "BatcherModel",
     "Observation",
+    "batcher_model",
     "recommendation_from_dict",
     "recommendation_to_dict",
     "RecommendSettings",
@@ -62,6 +64,7 @@ __all__ = [
 ]
 
 SUMMARY_MAX_AGE_S = 60.0  # prometheus-cpp's default sliding window for summaries
+_RELOAD_LEAD_S = 2.0  # a reload starts this long, at most, before its config is seen
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,16 @@ class RecommendSettings:
     final_requests: int = 20000  # requests per simulation for the finalists
     finalists: int = 8
     seed: int = 1
+    # Responses of one batch reach their clients together, but clients rarely answer
+    # them at once: they share an event loop, a sender thread or a proxy that handles
+    # one request at a time, so the next requests come back staggered — which decides
+    # whether a free instance takes a batch of one. While one instance is saturated
+    # the server cannot see that stagger, so a share of the least client time per
+    # request is taken as spent in such a shared, serial station (the rest is delay).
+    # Closed loops lock into different batching patterns as that share moves, so every
+    # prediction is the mean over these shares: a config that only shines for one
+    # exact stagger is not trusted.
+    client_serial_shares: tuple[float, ...] = (0.1, 0.2, 0.4)
 
 
 @dataclass(frozen=True)
@@ -98,6 +111,7 @@ class Observation:
     in_server: float  # L: mean number of requests inside the server
     population: int | None  # closed-loop clients, None for an open load
     think_ms: float  # Z: client-side time per request outside the server
+    least_think_ms: float  # the least Z of the look-back's operating points
     request_batch: int  # samples per request
     dispersion: float  # index of dispersion of arrivals per scrape interval
     overhead_ms: float  # instance time per execution outside the measured compute
@@ -146,26 +160,14 @@ def _chunks(samples: Sequence[ModelSample], seconds: float) -> list[list[ModelSa
 def _population(points: Sequence[tuple[float, float]]) -> int:
     """Clients of a closed loop from (throughput λ, requests in server L) points.
 
-    Each client is either in the server or in its own think time ``Z``, so
-    ``L = N − Z·λ``. One operating point only bounds ``N`` from below (``⌈L⌉``, exact
-    when ``Z·λ < 1``); points at clearly different throughputs (before and after a
-    config change, the same clients) give ``N`` and ``Z`` by least squares.
+    Each client is either in the server or in its own client time ``Z``, so
+    ``L = N − Z·λ``: the busiest point bounds ``N`` from below (``⌈L⌉``, exact when
+    ``Z·λ < 1`` there, as for clients that send again as soon as they are answered).
+    Points at other throughputs do not pin ``N`` down further, because ``Z`` itself
+    grows with load (clients and server share CPUs), which a fit of ``L`` on ``λ``
+    would read as more clients; the bound is kept.
     """
-    lower = max(1, math.ceil(max(in_server for _, in_server in points) - 0.05))
-    rates = [lam for lam, _ in points]
-    if len(points) < 3 or max(rates) < 1.3 * min(rates):
-        return lower
-    n = len(points)
-    mean_x = sum(rates) / n
-    mean_y = sum(in_server for _, in_server in points) / n
-    sxx = sum((x - mean_x) ** 2 for x in rates)
-    sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
-    slope = sxy / sxx  # −Z
-    if slope >= 0:
-        return lower
-    intercept = mean_y - slope * mean_x
-    # Never below the lower bound; never more than double it (noise in a short window).
-    return int(min(max(round(intercept), lower), 2 * lower))
+    return max(1, math.ceil(max(in_server for _, in_server in points) - 0.05))
 
 
 def observe_model(store: Store, target: str, model: str, *,
@@ -184,7 +186,8 @@ def observe_model(store: Store, target: str, model: str, *,
         return None
     # The load must have been served by the current config, after it settled: a fresh
     # (re)load runs slower for its first seconds.
-    changed = len(store.model_configs(target=target, model=model)) > 1
+    changes = [c.collected_at for c in store.model_configs(target=target, model=model)][1:]
+    changed = bool(changes)
     start = end - settings.window_s
     if changed:
         start = max(start, stored.collected_at + settings.settle_s)
@@ -201,23 +204,29 @@ def observe_model(store: Store, target: str, model: str, *,
     fit = fit_service_time(batches)
 
     in_server = rates.in_server
-    # (λ, L) of each saturated stretch of the look-back: closed-loop operating points.
-    points = [(r.requests_per_s, r.in_server)
-              for c in _chunks(history, settings.window_s / 3)
-              if (r := window_rates(c)) is not None and r.requests_per_s > 0
-              and (r.queue_share or 0.0) >= 0.2]
-    saturated = (rates.queue_share or 0.0) >= 0.2 and in_server >= batcher.instance_count + 0.5
-    population = None
-    think_ms = 0.0
-    if saturated:
-        population = _population(points + [(rates.requests_per_s, in_server)])
-        think_ms = max(population - in_server, 0.0) / rates.requests_per_s * 1000.0
-
     request_batch = 1
     if not batcher.dynamic_batching and rates.avg_batch_size:
         request_batch = max(1, round(rates.avg_batch_size))
     elif rates.requests_per_s > 0:
         request_batch = max(1, round(rates.inferences_per_s / rates.requests_per_s))
+
+    # Saturated stretches of the look-back, away from config changes (a reload stalls
+    # the clients): closed-loop operating points.
+    stretches = [r for c in _chunks(history, settings.window_s / 3)
+                 if not any(c[0].collected_at - settings.settle_s <= t
+                            <= c[-1].collected_at + _RELOAD_LEAD_S for t in changes)
+                 and (r := window_rates(c)) is not None and r.requests_per_s > 0
+                 and (r.queue_share or 0.0) >= 0.2 and r.in_server >= 1.5]
+    saturated = (rates.queue_share or 0.0) >= 0.2 and in_server >= batcher.instance_count + 0.5
+    population = None
+    think_ms = least_think_ms = 0.0
+    if saturated:
+        population = _population([(r.requests_per_s, r.in_server) for r in stretches]
+                                 + [(rates.requests_per_s, in_server)])
+        think_ms = max(population - in_server, 0.0) / rates.requests_per_s * 1000.0
+        # The least client time is the one least inflated by queueing at the clients.
+        least_think_ms = min([max(population - r.in_server, 0.0) / r.requests_per_s * 1000.0
+                              for r in stretches] + [think_ms])
 
     counts = [s.rates.requests_per_s * s.rates.window_s for s in window[1:] if s.rates]
     intervals = [s.rates.window_s for s in window[1:] if s.rates]
@@ -250,7 +259,8 @@ def observe_model(store: Store, target: str, model: str, *,
         target=target, model=model, window_start=window[0].collected_at, window_end=end,
         rates=rates, config=config, batcher=batcher, batch_increase=batches, fit=fit,
         in_server=in_server, population=population, think_ms=think_ms,
-        request_batch=request_batch, dispersion=dispersion, overhead_ms=overhead_ms,
+        least_think_ms=least_think_ms, request_batch=request_batch,
+        dispersion=dispersion, overhead_ms=overhead_ms,
         cpu_fraction=cpu_fraction, cores_available=cores, server_p95_ms=p95,
         pending_mean=sum(pending) / len(pending) if pending else None,
         evidence={"saturated": saturated, "exec_ms_window": exec_ms})
@@ -324,18 +334,113 @@ def _calibrated_scale(obs: Observation, load: OpenLoad | ClosedLoad,
     return math.exp((lo + hi) / 2)
 
 
-def _load(obs: Observation) -> OpenLoad | ClosedLoad:
+def _calibrated(obs: Observation, settings: RecommendSettings, *, serial_share: float,
+                per_sample_ms: float | None = None) -> tuple[float, OpenLoad | ClosedLoad]:
+    """Service-time scale and load that reproduce the current operating point.
+
+    For a closed loop, ``serial_share`` of the least client time is the clients'
+    serial station; the plain delay is then set so that the simulated client time
+    (station wait included, which depends on the batches formed) matches the observed
+    ``Z``, and the scale is fitted again. Two rounds settle both.
+    """
+    load = _load(obs, serial_share)
+    scale = _calibrated_scale(obs, load, settings, per_sample_ms=per_sample_ms)
+    if not isinstance(load, ClosedLoad) or load.client_ms <= 0:
+        return scale, load
+    for _ in range(2):
+        result = _run(obs.batcher, _service(obs, per_sample_ms=per_sample_ms, scale=scale),
+                      load, settings.screen_requests, settings.seed)
+        delay = max(load.think_ms + obs.think_ms - result.mean_client_ms, 0.0)
+        load = replace(load, think_ms=delay)
+        scale = _calibrated_scale(obs, load, settings, per_sample_ms=per_sample_ms)
+    return scale, load
+
+
+def _load(obs: Observation, serial_share: float = 0.0) -> OpenLoad | ClosedLoad:
     if obs.population is not None:
-        return ClosedLoad(clients=obs.population, think_ms=obs.think_ms,
-                          request_batch=obs.request_batch)
+        serial = serial_share * obs.least_think_ms
+        # A request waits (b − 1)/2 turns at the station on average: the start value
+        # of the delay, which _calibrated then corrects.
+        turns = 1.0 + max((obs.rates.avg_batch_size or 1.0) / obs.request_batch - 1.0,
+                          0.0) / 2.0
+        return ClosedLoad(clients=obs.population,
+                          think_ms=max(obs.think_ms - serial * turns, 0.0),
+                          client_ms=serial, request_batch=obs.request_batch)
     return OpenLoad(rate_per_s=obs.rates.requests_per_s, dispersion=max(obs.dispersion, 1.0),
                     request_batch=obs.request_batch)
 
 
-def _as_prediction(result: SimResult, obs: Observation) -> Prediction:
-    return Prediction(qps=result.throughput_per_s, p95_ms=result.p95_ms + obs.think_ms,
-                      p50_ms=result.p50_ms + obs.think_ms, avg_batch_size=result.avg_batch_size,
+def _as_prediction(result: SimResult) -> Prediction:
+    # Closed loads: the simulated client-side latency (server time plus each request's
+    # own client time); open loads: the server's.
+    return Prediction(qps=result.throughput_per_s, p95_ms=result.client_p95_ms,
+                      p50_ms=result.client_p50_ms, avg_batch_size=result.avg_batch_size,
                       busy_share=result.busy_share)
+
+
+@dataclass(frozen=True)
+class BatcherVariant:
+    """One calibrated reading of the observation (one client serial share)."""
+
+    serial_share: float
+    service: ServiceModel
+    load: OpenLoad | ClosedLoad
+    scale: float  # service time calibrated at the operating point (see _calibrated_scale)
+
+
+@dataclass(frozen=True)
+class BatcherModel:
+    """The batcher model fitted to one observation: predicts any config at the
+    observed load (what the recommender searches, and what a what-if view asks).
+    A prediction is the mean over the variants (see ``client_serial_shares``)."""
+
+    observation: Observation
+    variants: tuple[BatcherVariant, ...]
+    settings: RecommendSettings
+
+    @property
+    def scale(self) -> float:
+        return sum(v.scale for v in self.variants) / len(self.variants)
+
+    def simulate(self, config: BatcherConfig, *,
+                 requests: int | None = None) -> list[SimResult]:
+        return [_run(config, v.service, v.load, requests or self.settings.final_requests,
+                     self.settings.seed) for v in self.variants]
+
+    def predict(self, config: BatcherConfig, *, requests: int | None = None) -> Prediction:
+        """Client-side QPS and latency of ``config`` at the observed load."""
+        return _mean_prediction([_as_prediction(r)
+                                 for r in self.simulate(config, requests=requests)])
+
+
+def batcher_model(obs: Observation, settings: RecommendSettings = RecommendSettings(), *,
+                  per_sample_ms: float | None = None) -> BatcherModel | None:
+    """The model for ``obs``; None until two batch sizes were seen (the slope of the
+    service time is unknown before) unless ``per_sample_ms`` supplies one."""
+    if obs.fit is None or (obs.fit.per_sample_ms is None and per_sample_ms is None):
+        return None
+    shares = settings.client_serial_shares if obs.population is not None else (0.0,)
+    variants = []
+    for share in shares:
+        scale, load = _calibrated(obs, settings, serial_share=share,
+                                  per_sample_ms=per_sample_ms)
+        variants.append(BatcherVariant(
+            serial_share=share, load=load, scale=scale,
+            service=_service(obs, per_sample_ms=per_sample_ms, scale=scale)))
+    return BatcherModel(observation=obs, variants=tuple(variants), settings=settings)
+
+
+def _mean_prediction(predictions: Sequence[Prediction]) -> Prediction:
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None and math.isfinite(v)]
+        return sum(known) / len(known) if known else None
+
+    return Prediction(
+        qps=mean([p.qps for p in predictions]) or 0.0,
+        p95_ms=mean([p.p95_ms for p in predictions]),
+        p50_ms=mean([p.p50_ms for p in predictions]),
+        avg_batch_size=mean([p.avg_batch_size for p in predictions]),
+        busy_share=mean([p.busy_share for p in predictions]))
 
 
 def _feasible(config: BatcherConfig, obs: Observation) -> bool:
@@ -444,7 +549,8 @@ def recommend_from_observation(obs: Observation, *, slo_p95_ms: float | None = N
     cur = obs.batcher
     base_evidence: dict[str, float | int | str | bool | None] = {
         "in_server": round(obs.in_server, 2), "population": obs.population,
-        "think_ms": round(obs.think_ms, 3), "overhead_ms": round(obs.overhead_ms, 3),
+        "think_ms": round(obs.think_ms, 3), "least_think_ms": round(obs.least_think_ms, 3),
+        "overhead_ms": round(obs.overhead_ms, 3),
         "cpu_fraction": round(obs.cpu_fraction, 3), "cores_available": obs.cores_available,
         "window_s": round(obs.window_end - obs.window_start, 1),
     }
@@ -456,16 +562,12 @@ def recommend_from_observation(obs: Observation, *, slo_p95_ms: float | None = N
         pessimistic = None
         if obs.fit is not None:
             # Pessimistic bound: a batch of b costs b single executions (no gain).
-            load = _load(obs)
-            slope = obs.fit.intercept_ms
-            scale = _calibrated_scale(obs, load, settings, per_sample_ms=slope)
-            service = _service(obs, per_sample_ms=slope, scale=scale)
-            current_sim = _as_prediction(
-                _run(cur, service, load, settings.final_requests, settings.seed), obs)
+            bound = batcher_model(obs, settings, per_sample_ms=obs.fit.intercept_ms)
+            assert bound is not None
+            current_sim = bound.predict(cur)
             pessimistic = replace(cur, dynamic_batching=True, preferred_batch_sizes=(),
                                   max_queue_delay_us=0)
-            pessimistic_p = _as_prediction(
-                _run(pessimistic, service, load, settings.final_requests, settings.seed), obs)
+            pessimistic_p = bound.predict(pessimistic)
         observed = _observed(obs, current_sim)
         if not cur.dynamic_batching and concurrent and cur.max_batch_size > 1:
             proposed = replace(cur, dynamic_batching=True, preferred_batch_sizes=(),
@@ -484,25 +586,23 @@ def recommend_from_observation(obs: Observation, *, slo_p95_ms: float | None = N
         return _finish(obs, "no_change", cur, observed, observed, reason, slo_p95_ms, 0.3,
                        base_evidence, now)
 
-    load = _load(obs)
-    scale = _calibrated_scale(obs, load, settings)
-    service = _service(obs, scale=scale)
-    current_sim = _as_prediction(_run(cur, service, load, settings.final_requests,
-                                      settings.seed), obs)
+    model = batcher_model(obs, settings)
+    assert model is not None  # the slope is identified here
+    scale = model.scale
+    current_sim = model.predict(cur)
     observed = _observed(obs, current_sim)
     limit = slo_p95_ms if slo_p95_ms is not None else current_sim.p95_ms * settings.latency_margin
 
     screened: list[tuple[BatcherConfig, Prediction]] = []
     for candidate in _candidates(obs, settings):
-        screened.append((candidate, _as_prediction(
-            _run(candidate, service, load, settings.screen_requests, settings.seed), obs)))
+        screened.append((candidate,
+                         model.predict(candidate, requests=settings.screen_requests)))
     # The finalists get longer runs; near-ties go to the simpler, cheaper config.
     screened.sort(key=lambda cp: -cp[1].qps if cp[1].p95_ms <= limit * 1.05 else cp[1].p95_ms)
     finalists = [c for c, _ in screened[:settings.finalists]]
     if cur not in finalists:
         finalists.append(cur)
-    results = [(c, _as_prediction(_run(c, service, load, settings.final_requests,
-                                        settings.seed), obs)) for c in finalists]
+    results = [(c, model.predict(c)) for c in finalists]
     meeting = [(c, p) for c, p in results if p.p95_ms <= limit]
     evidence = {**base_evidence, "p95_limit_ms": round(limit, 3),
                 "current_predicted_qps": round(current_sim.qps, 1),

@@ -329,3 +329,57 @@ def test_invalid_run_parameters_raise() -> None:
         simulate(OFF, const(1.0), OpenLoad(100.0), requests=1)
     with pytest.raises(ValueError, match="warmup_fraction"):
         simulate(OFF, const(1.0), OpenLoad(100.0), warmup_fraction=1.0)
+
+
+# --------------------------------------------------------------------------- client station
+
+
+def test_one_client_cycle_is_the_sum_of_its_parts() -> None:
+    # One client, deterministic: each cycle is service + station + delay, no waiting.
+    load = ClosedLoad(1, think_ms=1.5, client_ms=0.5)
+    r = simulate(OFF, const(3.0), load, requests=2000)
+    assert r.throughput_per_s == pytest.approx(1000.0 / 5.0, rel=0.01)
+    assert r.p95_ms == pytest.approx(3.0)
+    assert r.client_p95_ms == pytest.approx(5.0)
+    assert r.client_p50_ms == pytest.approx(5.0)
+
+
+def test_shared_station_bounds_throughput() -> None:
+    # The server is nearly free; the clients' station serves one response per 0.5 ms.
+    load = ClosedLoad(32, client_ms=0.5)
+    r = simulate(batching(32), const(0.01), load, requests=20000)
+    assert r.throughput_per_s == pytest.approx(2000.0, rel=0.02)
+
+
+def test_staggered_returns_split_batches_without_a_delay() -> None:
+    # 8 clients, 2 instances, 8 ms per execution: when all responses return together
+    # the batches stay whole; when they trickle back 0.5 ms apart, a free instance
+    # takes the first one alone, and a 4 ms delay gathers them again.
+    svc = linear(8.0, 0.3)
+    together = simulate(batching(32, instance_count=2), svc,
+                        ClosedLoad(8, think_ms=1.0), requests=8000)
+    trickle = simulate(batching(32, instance_count=2), svc,
+                       ClosedLoad(8, think_ms=0.5, client_ms=0.5), requests=8000)
+    waited = simulate(batching(32, instance_count=2, max_queue_delay_us=4000), svc,
+                      ClosedLoad(8, think_ms=0.5, client_ms=0.5), requests=8000)
+    assert trickle.avg_batch_size < together.avg_batch_size * 0.7
+    assert waited.avg_batch_size > trickle.avg_batch_size * 1.3
+    # Batches of one hold an instance for 8 ms each: waiting for the group is faster.
+    assert waited.client_p95_ms < trickle.client_p95_ms
+    assert waited.throughput_per_s >= trickle.throughput_per_s
+
+
+def test_think_spread_widens_the_client_side_tail() -> None:
+    steady = simulate(OFF, const(2.0), ClosedLoad(1, think_ms=4.0), requests=4000)
+    spread = simulate(OFF, const(2.0), ClosedLoad(1, think_ms=4.0, think_cv=0.5),
+                      requests=4000)
+    assert steady.client_p95_ms == pytest.approx(6.0)
+    assert spread.client_p95_ms > 7.0
+    # The mean cycle is unchanged by the spread.
+    assert spread.throughput_per_s == pytest.approx(steady.throughput_per_s, rel=0.03)
+
+
+@pytest.mark.parametrize("field_name,value", [("client_ms", -1.0), ("think_cv", float("nan"))])
+def test_client_station_inputs_are_validated(field_name: str, value: float) -> None:
+    with pytest.raises(ValueError, match=field_name):
+        simulate(OFF, const(1.0), ClosedLoad(2, **{field_name: value}))  # type: ignore[arg-type]

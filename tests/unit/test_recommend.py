@@ -138,12 +138,11 @@ def test_round_trip_through_json(store: Store) -> None:
     assert back == rec
 
 
-def test_population_from_two_operating_points() -> None:
+def test_population_is_the_busiest_operating_point() -> None:
     from collector.analysis.recommend import _population
 
-    # 8 clients, 5 ms of client time per request: L = 8 − 0.005·λ.
-    points = [(150.0, 8 - 0.75), (152.0, 8 - 0.76), (230.0, 8 - 1.15), (228.0, 8 - 1.14)]
-    assert _population(points) == 8
-    # One operating point alone only gives the lower bound ⌈L⌉.
-    assert _population(points[:2]) == 8  # ⌈7.25⌉
+    # 16 clients whose own time per request grows with load (1 ms at 330/s, 2.7 ms
+    # at 425/s): a line through (λ, L) would read 18 clients; the bound ⌈L⌉ is right.
+    points = [(332.0, 15.67), (330.0, 15.60), (422.5, 14.83), (425.6, 14.89)]
+    assert _population(points) == 16
     assert _population([(230.0, 6.85)]) == 7
