@@ -76,6 +76,7 @@ def replay(report: dict[str, Any], stores: Path, *, detail: bool = False) -> lis
         q_err: list[float] = []
         p_err: list[float] = []
         best_pred: tuple[float, str] | None = None
+        errors: dict[str, tuple[float, float]] = {}
         for doc in sweep["grid"]:
             config = _batcher(doc)
             name = _short(config)
@@ -86,6 +87,7 @@ def replay(report: dict[str, Any], stores: Path, *, detail: bool = False) -> lis
             qe = (pred.qps - m["qps"]) / m["qps"]
             pe = ((pred.p95_ms - m["p95_ms"]) / m["p95_ms"]
                   if m["p95_ms"] and pred.p95_ms is not None else float("nan"))
+            errors[name] = (qe, pe)
             q_err.append(abs(qe))
             if pe == pe:
                 p_err.append(abs(pe))
@@ -123,7 +125,9 @@ def replay(report: dict[str, Any], stores: Path, *, detail: bool = False) -> lis
               f"{summary['qps_err_max']:.0%}; p95 error median "
               f"{summary['p95_err_median']:.0%} max {summary['p95_err_max']:.0%}; "
               f"model's pick {pick} vs sweep-best {best_name}: ratio "
-              + (f"{ratio:.2f}" if ratio is not None else "-"))
+              + (f"{ratio:.2f}" if ratio is not None else "-")
+              + (f"; pick's error QPS {errors[pick][0]:+.0%} p95 {errors[pick][1]:+.0%}"
+                 if pick in errors else ""))
     return out
 
 

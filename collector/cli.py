@@ -97,7 +97,7 @@ def _collect_for(settings: Any, store: Any, seconds: float) -> None:
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
-    from collector.analysis.recommend import recommend_model, recommendation_to_dict
+    from collector.analysis.recommend import recommend_model, store_recommendation
     from collector.config import load_settings
     from collector.report import render_findings, render_recommendation
     from collector.sources import SOURCES
@@ -133,11 +133,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
                                       window_s=args.window)
                 if rec is None:
                     continue
-                store.add_recommendation(
-                    target=rec.target, model=rec.model, change=recommendation_to_dict(rec),
-                    predicted={"qps": rec.predicted.qps, "p95_ms": rec.predicted.p95_ms},
-                    confidence=rec.confidence, config_fragment=rec.config_pbtxt,
-                    status=rec.kind, created_at=rec.created_at)
+                store_recommendation(store, rec)
                 recs.append(rec)
     finally:
         store.close()
@@ -233,8 +229,48 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         raise ConfigError("port", f"must be 1..65535, got {args.port}")
     if args.refresh <= 0:
         raise ConfigError("refresh", f"must be > 0, got {args.refresh:g}")
-    settings = load_settings(config_file=args.config, overrides={"db_url": args.db_url})
-    serve(settings.db_url, host=args.host, port=args.port, refresh_s=args.refresh)
+    settings = load_settings(config_file=args.config,
+                             overrides={"db_url": args.db_url, "triton": args.triton})
+    serve(settings.db_url, host=args.host, port=args.port, refresh_s=args.refresh,
+          ui=settings.ui, targets=settings.targets, slo_p95_ms=settings.slo_p95_ms)
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from collector.config import load_settings
+    from collector.serve import Service
+    from collector.sources import SOURCES
+
+    if not 0 < args.port < 65536:
+        raise ConfigError("port", f"must be 1..65535, got {args.port}")
+    if args.refresh <= 0:
+        raise ConfigError("refresh", f"must be > 0, got {args.refresh:g}")
+    settings = load_settings(
+        config_file=args.config,
+        overrides={"triton": args.triton, "metrics_url": args.metrics_url, "db_url": args.db_url,
+                   "interval_s": args.interval,
+                   "sources": args.sources.split(",") if args.sources else None},
+        known_sources=set(SOURCES))
+    if not settings.targets:
+        raise ConfigError("targets", "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
+                                     "or list targets in the config file")
+    service = Service(settings, host=args.host, port=args.port, refresh_s=args.refresh)
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    service.start()
+    print(f"batchscope: collecting from {', '.join(t.url for t in settings.targets)}; "
+          f"UI on {service.url}", flush=True)
+    try:
+        stop.wait(settings.duration_s)
+    finally:
+        service.close()
     return 0
 
 
@@ -301,8 +337,26 @@ def build_parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--port", type=int, default=8050, help="port (default 8050)")
     dashboard.add_argument("--refresh", type=float, default=5.0, metavar="S",
                            help="seconds between live refreshes (default 5)")
+    dashboard.add_argument("--triton", action="append", metavar="URL",
+                           help="a Triton server an admin may apply changes to (repeatable)")
     _add_common_db(dashboard)
     dashboard.set_defaults(func=_cmd_dashboard)
+
+    serve = sub.add_parser("serve", help="collector, analysis and the web UI in one process")
+    serve.add_argument("--triton", action="append", metavar="URL",
+                       help="Triton HTTP endpoint (repeatable)")
+    serve.add_argument("--metrics-url", action="append", metavar="URL",
+                       help="metrics endpoint per --triton (default: same host, port 8002)")
+    serve.add_argument("--interval", type=str, metavar="S", help="seconds between scrapes")
+    serve.add_argument("--sources", metavar="LIST",
+                       help="comma-separated sources to run (default triton,nvml,host)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address the UI binds (default 127.0.0.1: this machine only)")
+    serve.add_argument("--port", type=int, default=8050, help="UI port (default 8050)")
+    serve.add_argument("--refresh", type=float, default=5.0, metavar="S",
+                       help="seconds between live refreshes of the UI (default 5)")
+    _add_common_db(serve)
+    serve.set_defaults(func=_cmd_serve)
 
     try:
         from collector.demo import add_demo_command

@@ -23,11 +23,18 @@ YAML file (all keys optional)::
     analysis: {queue_share: 0.5, sustain: 3}   # detector thresholds, see DetectorSettings
     retention: {raw_keep_s: 604800, rollup_keep_s: 7776000, rollup_bucket_s: 300,
                 every_s: 300}
+    recommend_every_s: 60          # `serve` stores a recommendation per model this often
+    ui:                            # the web UI (`batchscope serve` / `dashboard`)
+      admin_password: ...          # with either password set, login is required;
+      viewer_password: ...         # only admin may apply a config change
+      secret_key: ...              # signs session cookies (default: random per start)
+      apply_verify_s: 30           # before/after windows of an Apply from the UI
 
 Environment: ``BATCHSCOPE_TRITON`` (comma-separated URLs), ``BATCHSCOPE_METRICS_URL``
 and ``BATCHSCOPE_<FIELD>`` for every scalar field above (``BATCHSCOPE_DB_URL``,
 ``BATCHSCOPE_INTERVAL_S`` ...), ``BATCHSCOPE_SOURCES`` comma-separated,
-``BATCHSCOPE_RETENTION_<FIELD>`` for the retention fields.
+``BATCHSCOPE_RETENTION_<FIELD>`` for the retention fields, ``BATCHSCOPE_UI_<FIELD>`` for
+the ui fields (``BATCHSCOPE_UI_ADMIN_PASSWORD`` ...). Passwords are never printed.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from collector.errors import ConfigError
 
 __all__ = [
     "RetentionSettings",
+    "UiSettings",
     "Settings",
     "TargetSettings",
     "load_settings",
@@ -75,6 +83,20 @@ class RetentionSettings:
 
 
 @dataclass(frozen=True)
+class UiSettings:
+    """The web UI's access and actions. A password set means login is required."""
+
+    admin_password: str | None = field(default=None, repr=False)
+    viewer_password: str | None = field(default=None, repr=False)
+    secret_key: str | None = field(default=None, repr=False)
+    apply_verify_s: float = 30.0
+
+    @property
+    def login_required(self) -> bool:
+        return bool(self.admin_password or self.viewer_password)
+
+
+@dataclass(frozen=True)
 class Settings:
     targets: tuple[TargetSettings, ...] = ()
     db_url: str = "sqlite:///batchscope.db"
@@ -92,10 +114,12 @@ class Settings:
     # Detector thresholds (collector.analysis.detect.DetectorSettings), by field name.
     analysis: dict[str, object] = field(default_factory=dict)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    recommend_every_s: float = 60.0
+    ui: UiSettings = field(default_factory=UiSettings)
 
 
 _SCALAR_FIELDS = ("db_url", "interval_s", "duration_s", "timeout_s", "max_response_bytes",
-                  "backoff_max_s", "jitter_s", "analysis_every_s")
+                  "backoff_max_s", "jitter_s", "analysis_every_s", "recommend_every_s")
 
 
 def target_from_url(url: str, metrics_url: str | None = None, name: str | None = None,
@@ -222,6 +246,26 @@ def _parse_retention(raw: object) -> RetentionSettings:
     return RetentionSettings(**values)
 
 
+def _parse_ui(raw: object, base: UiSettings) -> UiSettings:
+    if not isinstance(raw, Mapping):
+        raise ConfigError("ui", f"must be a mapping, got {raw!r}")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("admin_password", "viewer_password", "secret_key"):
+            if value is not None and (not isinstance(value, str) or not value):
+                # The value itself is a secret: never echo it.
+                raise ConfigError(f"ui.{key}", "must be a non-empty string")
+            values[key] = value
+        elif key == "apply_verify_s":
+            values[key] = _number(value, "ui.apply_verify_s")
+        else:
+            raise ConfigError(f"ui.{key}", "unknown key")
+    ui = replace(base, **values)
+    if ui.admin_password and ui.admin_password == ui.viewer_password:
+        raise ConfigError("ui.viewer_password", "must differ from ui.admin_password")
+    return ui
+
+
 def _parse_slos(raw: object) -> dict[str, float]:
     if not isinstance(raw, Mapping):
         raise ConfigError("slo_p95_ms", f"must map model names to milliseconds, got {raw!r}")
@@ -261,6 +305,10 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
                  if ENV_PREFIX + "RETENTION_" + f.name.upper() in env}
     if retention:
         raw["retention"] = retention
+    ui = {f.name: env[ENV_PREFIX + "UI_" + f.name.upper()] for f in fields(UiSettings)
+          if ENV_PREFIX + "UI_" + f.name.upper() in env}
+    if ui:
+        raw["ui"] = ui
     return raw
 
 
@@ -297,7 +345,7 @@ def load_settings(*, config_file: str | Path | None = None,
                                     if v is not None}))
 
     allowed = set(_SCALAR_FIELDS) | {"targets", "sources", "retention", "triton", "metrics_url",
-                                     "slo_p95_ms", "analysis"}
+                                     "slo_p95_ms", "analysis", "ui"}
     settings = Settings()
     for origin, layer in layers:
         for key in layer:
@@ -313,7 +361,8 @@ def load_settings(*, config_file: str | Path | None = None,
             raise ConfigError("metrics_url", f"given without a Triton URL ({origin})")
         if "db_url" in layer:
             changes["db_url"] = _check_db_url(layer["db_url"])
-        for key in ("interval_s", "timeout_s", "backoff_max_s", "analysis_every_s"):
+        for key in ("interval_s", "timeout_s", "backoff_max_s", "analysis_every_s",
+                    "recommend_every_s"):
             if key in layer:
                 changes[key] = _number(layer[key], key)
         if "jitter_s" in layer:
@@ -333,6 +382,8 @@ def load_settings(*, config_file: str | Path | None = None,
             changes["analysis"] = dict(layer["analysis"])
         if "slo_p95_ms" in layer:
             changes["slo_p95_ms"] = _parse_slos(layer["slo_p95_ms"])
+        if "ui" in layer:
+            changes["ui"] = _parse_ui(layer["ui"], settings.ui)
         settings = replace(settings, **changes)
     if known_sources is not None:
         _parse_sources(list(settings.sources), known_sources)

@@ -12,14 +12,20 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import dash
+import flask
 from dash import Dash, Input, Output, dcc, html
 
+from collector.config import TargetSettings, UiSettings
+from dashboard import auth
+from dashboard.actions import ConfigActions
+from dashboard.auth import LOGIN_REQUIRED_KEY, install_access
 from dashboard.context import DEFAULT_REFRESH_S, REFRESH_MS_KEY
-from dashboard.ids import Shell
+from dashboard.ids import Devices, Findings, Model, Overview, Recs, Shell
 from dashboard.queries import DashboardQueries
 from dashboard.theme import DARK, LIGHT
 
@@ -30,16 +36,28 @@ log = logging.getLogger("batchscope.dashboard")
 _HERE: Final = Path(__file__).resolve().parent
 #: The page modules under ``dashboard/pages``, each with ``layout`` and
 #: ``register_callbacks(app, queries)``.
-PAGES: Final = ("overview", "model")
+PAGES: Final = ("overview", "model", "recommendations", "findings", "devices")
 QUERIES_EXTENSION: Final = "batchscope_queries"
+#: Every page's live-refresh Interval (paused while the tab is hidden).
+LIVE_INTERVALS: Final = (Overview.INTERVAL, Model.INTERVAL, Recs.INTERVAL, Findings.INTERVAL,
+                         Devices.INTERVAL)
 
 
 def _shell() -> Any:
-    nav = [dcc.Link("Overview", href="/", className="nav-link")]
+    nav = [dcc.Link("Overview", href="/", className="nav-link"),
+           dcc.Link("Recommendations", href="/recommendations", className="nav-link"),
+           dcc.Link("Findings", href="/findings", className="nav-link"),
+           dcc.Link("Devices", href="/devices", className="nav-link")]
+    role = auth.current_role() if flask.has_request_context() else None
+    who = [html.Span(role or "", id=Shell.ROLE, className="muted role")]
+    if flask.has_request_context() and flask.current_app.config.get(LOGIN_REQUIRED_KEY):
+        who.append(html.A("sign out", href="/logout", className="nav-link"))
     return html.Div([
+        dcc.Store(id=Shell.VISIBLE, data=True),
         html.Header([
             dcc.Link("batchscope", href="/", className="brand"),
             html.Nav(nav, id=Shell.NAV, className="nav"),
+            html.Div(who, className="who"),
             dcc.RadioItems(id=Shell.THEME, value=DARK, inline=True, persistence=True,
                            persistence_type="local", className="theme-switch",
                            options=[{"label": "dark", "value": DARK},
@@ -50,11 +68,18 @@ def _shell() -> Any:
 
 
 def create_app(store_url: str, *, refresh_s: float = DEFAULT_REFRESH_S,
-               queries: DashboardQueries | None = None) -> Dash:
+               queries: DashboardQueries | None = None, ui: UiSettings | None = None,
+               host: str = "127.0.0.1", targets: Sequence[TargetSettings] = (),
+               slo_p95_ms: dict[str, float] | None = None) -> Dash:
     """The dashboard over the store at ``store_url`` (any URL ``collector.store.Store``
     takes), refreshing every ``refresh_s`` seconds. ``queries`` replaces the query
     object (tests). The store is opened on the first read, so an unreachable one
-    shows a banner instead of failing here."""
+    shows a banner instead of failing here.
+
+    ``ui`` sets login and roles (see ``dashboard.auth``; ``host`` is the bind address,
+    which decides the role when no password is set); ``targets`` are the servers an
+    admin may apply changes to; ``slo_p95_ms`` the objectives the what-if draws."""
+    ui = ui or UiSettings()
     if not (isinstance(refresh_s, int | float) and math.isfinite(refresh_s) and refresh_s > 0):
         raise ValueError(f"refresh_s must be a positive number of seconds, got {refresh_s!r}")
     app = Dash(
@@ -67,14 +92,35 @@ def create_app(store_url: str, *, refresh_s: float = DEFAULT_REFRESH_S,
         serve_locally=True,
     )
     app.server.config[REFRESH_MS_KEY] = int(round(refresh_s * 1000))
-    queries = queries or DashboardQueries(store_url)
+    queries = queries or DashboardQueries(store_url, slo_p95_ms=slo_p95_ms)
     app.server.extensions[QUERIES_EXTENSION] = queries
+    install_access(app.server, ui, host=host)
+    actions = ConfigActions(targets, store_url, verify_s=ui.apply_verify_s)
 
     pages = [importlib.import_module(f"dashboard.pages.{name}") for name in PAGES]
     app.layout = _shell
     app.validation_layout = html.Div([_shell(), *[p.layout() for p in pages]])
     for page in pages:
-        page.register_callbacks(app, queries)
+        page.register_callbacks(app, queries, actions)
+
+    # Live refresh pauses while the tab is hidden: every page's Interval is disabled
+    # from the browser's visibility state, so a wall screen left in a drawer costs
+    # the store nothing.
+    app.clientside_callback(
+        """function(_n) {
+            if (!window._batchscopeVisibility) {
+                window._batchscopeVisibility = true;
+                document.addEventListener('visibilitychange', function () {
+                    window.dash_clientside.set_props(
+                        'SHELL_VISIBLE', {data: !document.hidden});
+                });
+            }
+            return !document.hidden;
+        }""".replace("SHELL_VISIBLE", Shell.VISIBLE),
+        Output(Shell.VISIBLE, "data"), Input(Shell.ROOT, "id"))
+    for interval in LIVE_INTERVALS:
+        app.clientside_callback("function(visible) { return visible === false; }",
+                                Output(interval, "disabled"), Input(Shell.VISIBLE, "data"))
 
     @app.callback(Output(Shell.ROOT, "className"), Input(Shell.THEME, "value"))
     def apply_theme(theme: str | None) -> str:
@@ -84,11 +130,14 @@ def create_app(store_url: str, *, refresh_s: float = DEFAULT_REFRESH_S,
 
 
 def serve(store_url: str, *, host: str = "127.0.0.1", port: int = 8050,
-          refresh_s: float = DEFAULT_REFRESH_S, threads: int = 8) -> None:
+          refresh_s: float = DEFAULT_REFRESH_S, threads: int = 8, ui: UiSettings | None = None,
+          targets: Sequence[TargetSettings] = (),
+          slo_p95_ms: dict[str, float] | None = None) -> None:
     """Serve the dashboard with waitress (a production WSGI server) until stopped."""
     import waitress
 
-    app = create_app(store_url, refresh_s=refresh_s)
+    app = create_app(store_url, refresh_s=refresh_s, ui=ui, host=host, targets=targets,
+                     slo_p95_ms=slo_p95_ms)
     shown = f"[{host}]" if ":" in host else host
     print(f"batchscope dashboard on http://{shown}:{port}/", flush=True)
     try:

@@ -7,6 +7,7 @@ from strings, and nothing uses ``dangerously_allow_html``.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,7 @@ from dashboard.queries import (
     OverviewData,
     RecommendationView,
     TargetTile,
+    WhatIfView,
 )
 from dashboard.theme import severity_class, utilisation_colour
 
@@ -35,6 +37,7 @@ __all__ = [
     "config_panel",
     "device_tile",
     "empty_state",
+    "events_list",
     "filter_rows",
     "finding_badges",
     "findings_list",
@@ -48,7 +51,13 @@ __all__ = [
     "models_table",
     "overview_summary",
     "range_links",
+    "apply_job_status",
+    "pbtxt_diff",
     "recommendation_card",
+    "recommendation_detail",
+    "recommendation_list",
+    "recs_href",
+    "what_if_summary",
     "sort_rows",
     "target_tile",
     "tiles",
@@ -382,3 +391,147 @@ def recommendation_card(rec: RecommendationView | None) -> list[Any]:
                                 title="copy", className="copy")], className="pbtxt-head"),
         html.Pre(rec.config_pbtxt, id=ids.Model.PBTXT, className="code"),
     ]
+
+
+# --------------------------------------------------------------------------- recommendations
+
+
+def recs_href(target: str, model: str) -> str:
+    return "/recommendations?" + urlencode({"target": target, "model": model})
+
+
+def pbtxt_diff(current: str, proposed: str) -> Any:
+    """The change as a unified diff of the two ``config.pbtxt`` fragments, one
+    ``span`` per line (classed ``diff-add``, ``diff-del`` or ``diff-same``)."""
+    lines = []
+    for line in difflib.ndiff(current.splitlines(), proposed.splitlines()):
+        tag, text = line[:1], line[2:]
+        if tag == "?":
+            continue
+        cls = {"+": "diff-add", "-": "diff-del"}.get(tag, "diff-same")
+        lines.append(html.Span(f"{tag if tag in '+-' else ' '} {text}\n", className=cls))
+    return html.Pre(lines, className="code diff")
+
+
+def recommendation_list(recs: Sequence[RecommendationView],
+                        selected: tuple[str, str] | None) -> list[Any]:
+    if not recs:
+        return [html.Div([
+            html.H2("No recommendations yet"),
+            html.P("batchscope recommends once a model has served enough traffic to "
+                   "observe (about half a minute under load). `batchscope serve` makes "
+                   "them continuously; `batchscope recommend --db URL` makes one now."),
+        ], className="empty-state")]
+    items = []
+    for r in recs:
+        chosen = selected == (r.target, r.model)
+        gain = (f"{r.predicted_qps / r.current_qps:.2f}× QPS"
+                if r.predicted_qps and r.current_qps else "")
+        items.append(dcc.Link([
+            html.Span(r.model, className="rec-model"),
+            html.Span(r.target, className="muted"),
+            html.Span(r.kind.replace("_", " "),
+                      className="badge " + ("badge-info" if r.changes else "badge-muted")),
+            html.Span(gain, className="rec-gain"),
+            html.Span(r.status.replace("_", " "), className="muted"),
+        ], href=recs_href(r.target, r.model),
+            className="rec-item rec-selected" if chosen else "rec-item"))
+    return [html.Nav(items, className="rec-items")]
+
+
+def recommendation_detail(rec: RecommendationView | None) -> list[Any]:
+    if rec is None:
+        return []
+    numbers = html.Table([
+        html.Thead(html.Tr([html.Th(""), html.Th("QPS"), html.Th("p95")])),
+        html.Tbody([
+            html.Tr([html.Td("current"), html.Td(fmt_num(rec.current_qps, 0)),
+                     html.Td(fmt_num(rec.current_p95_ms, 1, " ms"))]),
+            html.Tr([html.Td("predicted"), html.Td(fmt_num(rec.predicted_qps, 0)),
+                     html.Td(fmt_num(rec.predicted_p95_ms, 1, " ms"))]),
+        ]),
+    ], className="numbers")
+    outcome = []
+    if rec.verification:
+        v = rec.verification
+        outcome = [html.P([html.Strong(rec.status.replace("_", " ") + ": "),
+                           str(v.get("verdict", ""))], className="verdict")]
+    return [
+        html.H2([rec.model, html.Span(f" on {rec.target}", className="muted")]),
+        html.Div([html.Span(rec.kind.replace("_", " "), className="badge badge-info"),
+                  html.Span(f"confidence {rec.confidence:.0%}", className="muted"),
+                  html.Span(f"{rec.status.replace('_', ' ')} · {fmt_time(rec.created_at)}",
+                            className="muted"),
+                  dcc.Link("model page", href=model_href(rec.target, rec.model))],
+                 className="rec-meta"),
+        html.P(rec.reason, className="reason"),
+        *outcome,
+        numbers,
+        html.Div([html.Span("config.pbtxt — current → proposed", className="muted"),
+                  dcc.Clipboard(content=rec.config_pbtxt, id=ids.Recs.APPLY + "-copy",
+                                title="copy the proposed fragment", className="copy")],
+                 className="pbtxt-head"),
+        pbtxt_diff(rec.current_pbtxt, rec.config_pbtxt),
+    ]
+
+
+def what_if_summary(view: WhatIfView | None, delay_us: int | None) -> list[Any]:
+    if view is None or view.error or not view.delays_us:
+        return [html.P(view.error if view is not None and view.error else "", className="muted")]
+    i = view.delays_us.index(delay_us) if delay_us in view.delays_us else 0
+    qps, p95 = view.qps[i], view.p95_ms[i]
+    meets = (view.objective_p95_ms is None or p95 is None or p95 <= view.objective_p95_ms)
+    verdict = "meets" if meets else "breaks"
+    gain = f" ({qps / view.current_qps:.2f}× today)" if view.current_qps else ""
+    return [html.P([
+        html.Strong(f"{view.delays_us[i]} µs: {qps:.0f} QPS{gain}, p95 {fmt_num(p95, 1, ' ms')}"),
+        html.Span(f" — {verdict} the objective ({view.objective})",
+                  className="ok" if meets else "bad"),
+    ], id=ids.Recs.WHAT_IF_SUMMARY + "-text")]
+
+
+def apply_job_status(job: Any) -> list[Any]:
+    """The progress and outcome of an Apply (``dashboard.actions.ApplyJob``)."""
+    if job is None:
+        return []
+    head = {"running": "Applying …", "kept": "Applied and kept",
+            "rolled_back": "Rolled back", "refused": "Refused",
+            "failed": "Failed"}.get(job.state, job.state)
+    figures = []
+    if job.before_qps is not None:
+        figures = [html.Table(html.Tbody([
+            html.Tr([html.Td("before"), html.Td(fmt_num(job.before_qps, 0, " QPS")),
+                     html.Td(fmt_num(job.before_p95_ms, 1, " ms p95"))]),
+            html.Tr([html.Td("after"), html.Td(fmt_num(job.after_qps, 0, " QPS")),
+                     html.Td(fmt_num(job.after_p95_ms, 1, " ms p95"))]),
+        ]), className="numbers")]
+    return [html.H3(head, className=f"job-{job.state}"),
+            html.Ul([html.Li(m) for m in job.messages], className="job-log"),
+            *([html.P(job.verdict, className="verdict")] if job.verdict else []),
+            *figures]
+
+
+# --------------------------------------------------------------------------- events
+
+
+def events_list(events: Sequence[FindingView]) -> list[Any]:
+    """Findings (and later other events), each with its evidence and model link."""
+    if not events:
+        return [html.P("nothing matches these filters", className="muted empty-events")]
+    rows = []
+    for e in events:
+        state = "open" if e.active else f"resolved {fmt_time(e.resolved_at)}"
+        rows.append(html.Li([
+            html.Div([
+                html.Span(e.severity, className=severity_class(e.severity)),
+                html.Span(e.kind.replace("_", " "), className="finding-kind"),
+                dcc.Link(e.subject, href=model_href(e.target, e.subject),
+                         className="model-link"),
+                html.Span(e.target, className="muted"),
+                html.Span(f"{state} · {fmt_time(e.window_start)} – {fmt_time(e.window_end)}",
+                          className="muted"),
+            ], className="event-head"),
+            html.P(e.summary),
+            html.Details([html.Summary("evidence"), _evidence(e.evidence)]),
+        ], className="finding event"))
+    return [html.Ul(rows, className="findings events")]

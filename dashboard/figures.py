@@ -17,7 +17,13 @@ from datetime import UTC, datetime
 
 import plotly.graph_objects as go
 
-from dashboard.queries import BatchDistribution, ModelSeries, ServiceTimeView
+from dashboard.queries import (
+    BatchDistribution,
+    HeatRow,
+    ModelSeries,
+    ServiceTimeView,
+    WhatIfView,
+)
 from dashboard.theme import palette, plotly_template
 
 __all__ = [
@@ -25,11 +31,14 @@ __all__ = [
     "distribution_figure",
     "empty_figure",
     "failures_figure",
+    "heatmap_figure",
+    "rows_figure",
     "latency_figure",
     "pending_figure",
     "plain",
     "qps_figure",
     "service_time_figure",
+    "what_if_figure",
 ]
 
 _HEIGHT = 280
@@ -196,4 +205,72 @@ def service_time_figure(view: ServiceTimeView | None, theme: str) -> go.Figure:
         else max(view.sizes)
     fig.update_xaxes(title={"text": "batch size"}, range=[0, end + 1], tick0=0,
                      dtick=max(1, math.ceil((end + 1) / 8)))
+    return fig
+
+
+def what_if_figure(view: WhatIfView | None, theme: str, *,
+                   chosen_delay_us: int | None = None) -> go.Figure:
+    """Predicted QPS (bars, left axis) and p95 (line, right axis) over the max queue
+    delays, the objective as a dashed line on the p95 axis, the chosen delay marked
+    and today's figures as dotted lines."""
+    if view is None or view.error or not view.delays_us:
+        message = view.error if view is not None and view.error else "no model chosen"
+        return empty_figure(message, theme, title="What if")
+    p = palette(theme)
+    labels = [f"{d} µs" for d in view.delays_us]
+    fig = go.Figure()
+    fig.update_layout(
+        template=plotly_template(theme), height=_HEIGHT + 60, hovermode="x unified",
+        title={"text": f"Predicted at the observed load · {view.instances} instance(s), "
+                       f"preferred {', '.join(map(str, view.preferred)) or 'none'}"},
+        xaxis={"title": {"text": "max_queue_delay_microseconds"}, "type": "category"},
+        yaxis={"title": {"text": "QPS"}, "rangemode": "tozero"},
+        yaxis2={"title": {"text": "p95 (ms)"}, "overlaying": "y", "side": "right",
+                "rangemode": "tozero", "showgrid": False},
+        legend={"orientation": "h", "y": -0.3})
+    colours = [p.series[0] if d != chosen_delay_us else p.series[2] for d in view.delays_us]
+    fig.add_trace(go.Bar(x=labels, y=view.qps, name="predicted QPS", marker={"color": colours},
+                         hovertemplate="%{y:.0f} QPS<extra></extra>"))
+    fig.add_trace(go.Scatter(x=labels, y=view.p95_ms, name="predicted p95", yaxis="y2",
+                             mode="lines+markers", line={"color": p.queue, "width": 3},
+                             hovertemplate="p95 %{y:.1f} ms<extra></extra>"))
+    if view.objective_p95_ms is not None:
+        fig.add_trace(go.Scatter(x=[labels[0], labels[-1]],
+                                 y=[view.objective_p95_ms] * 2, yaxis="y2",
+                                 name=f"objective ({plain(view.objective)})", mode="lines",
+                                 line={"color": p.failure, "dash": "dash", "width": 2},
+                                 hoverinfo="skip"))
+    if view.current_qps is not None:
+        fig.add_trace(go.Scatter(x=[labels[0], labels[-1]], y=[view.current_qps] * 2,
+                                 name="QPS now", mode="lines", hoverinfo="skip",
+                                 line={"color": p.muted, "dash": "dot", "width": 2}))
+    return fig
+
+
+def heatmap_figure(rows: Sequence[HeatRow], t: Sequence[float], theme: str, *, title: str,
+                   unit: str = "%", zmax: float | None = 100.0) -> go.Figure:
+    """Utilisation over time, one row per device or process (labels as plain text)."""
+    if not rows:
+        return empty_figure(f"no {title.lower()} readings in this range", theme, title=title)
+    fig = go.Figure(go.Heatmap(
+        x=_times(t), y=[plain(r.label) for r in rows], z=[r.values for r in rows],
+        zmin=0, zmax=zmax, colorscale="Viridis", colorbar={"title": {"text": unit}},
+        hovertemplate="%{y}<br>%{x}<br>%{z:.1f} " + unit + "<extra></extra>"))
+    fig.update_layout(template=plotly_template(theme), title={"text": title},
+                      height=max(_HEIGHT, 80 + 28 * len(rows)))
+    fig.update_xaxes(type="date")
+    return fig
+
+
+def rows_figure(rows: Sequence[HeatRow], t: Sequence[float], theme: str, *, title: str,
+                y_title: str) -> go.Figure:
+    """One line per row over time (memory, power)."""
+    if not rows:
+        return empty_figure(f"no {title.lower()} readings in this range", theme, title=title)
+    fig = _base(title, theme, y_title=y_title)
+    colours = palette(theme).series
+    for i, r in enumerate(rows):
+        fig.add_trace(go.Scatter(x=_times(t), y=r.values, name=plain(r.label), mode="lines",
+                                 line={"color": colours[i % len(colours)], "width": 2},
+                                 connectgaps=False))
     return fig

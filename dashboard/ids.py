@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["Model", "Overview", "Shell"]
+__all__ = ["Devices", "Findings", "Model", "Overview", "Recs", "Shell"]
 
 
 class Shell:
@@ -16,6 +16,8 @@ class Shell:
     THEME: Final = "shell-theme"  # radio: "dark" / "light"
     THEME_STORE: Final = "shell-theme-store"  # the chosen theme, kept in the browser
     NAV: Final = "shell-nav"
+    ROLE: Final = "shell-role"
+    VISIBLE: Final = "shell-visible"  # dcc.Store: the tab is visible (live refresh runs)
 
 
 class Overview:
@@ -49,3 +51,49 @@ class Model:
     RECOMMENDATION: Final = "model-recommendation"
     PBTXT: Final = "model-pbtxt"
     COPY: Final = "model-copy"
+
+
+class Recs:
+    INTERVAL: Final = "recs-interval"
+    DATA: Final = "recs-data"  # dcc.Store: the latest recommendation per model
+    QUERY: Final = "recs-query"  # dcc.Store: the chosen target and model
+    BANNER: Final = "recs-banner"
+    LIST: Final = "recs-list"
+    DETAIL: Final = "recs-detail"
+    WHAT_IF: Final = "recs-what-if"
+    DELAY: Final = "recs-delay"  # slider over WHAT_IF_DELAYS_US (index)
+    PREFERRED: Final = "recs-preferred"
+    INSTANCES: Final = "recs-instances"
+    WHAT_IF_GRAPH: Final = "recs-what-if-graph"
+    WHAT_IF_SUMMARY: Final = "recs-what-if-summary"
+    APPLY_PANEL: Final = "recs-apply-panel"
+    APPLY_CONFIRM: Final = "recs-apply-confirm"
+    APPLY: Final = "recs-apply"
+    JOB: Final = "recs-job"  # dcc.Store: the running apply job's id
+    SEEDED: Final = "recs-seeded"  # dcc.Store: the sliders were set from the recommendation
+    JOB_POLL: Final = "recs-job-poll"
+    JOB_STATUS: Final = "recs-job-status"
+
+
+class Findings:
+    INTERVAL: Final = "findings-interval"
+    DATA: Final = "findings-data"
+    BANNER: Final = "findings-banner"
+    TARGET: Final = "findings-target"
+    MODEL: Final = "findings-model"
+    KIND: Final = "findings-kind"
+    SEVERITY: Final = "findings-severity"
+    STATE: Final = "findings-state"
+    LIST: Final = "findings-list"
+
+
+class Devices:
+    INTERVAL: Final = "devices-interval"
+    DATA: Final = "devices-data"
+    QUERY: Final = "devices-query"
+    BANNER: Final = "devices-banner"
+    RANGES: Final = "devices-ranges"
+    HEATMAP: Final = "devices-heatmap"
+    PROCESSES: Final = "devices-processes"
+    MEMORY: Final = "devices-memory"
+    POWER: Final = "devices-power"

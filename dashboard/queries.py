@@ -24,11 +24,12 @@ import types
 import typing
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, Final, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from collector.analysis.configs import render_pbtxt
 from collector.analysis.fit import fit_service_time
 from collector.analysis.rates import (
     CounterIncrease,
@@ -37,10 +38,16 @@ from collector.analysis.rates import (
     rates_from_increase,
     stats_reset,
 )
-from collector.analysis.recommend import recommendation_from_dict
+from collector.analysis.recommend import (
+    BatcherModel,
+    RecommendSettings,
+    batcher_model,
+    observe_model,
+    recommendation_from_dict,
+)
 from collector.analysis.status import build_status
 from collector.errors import ConfigError
-from collector.records import BatchStat, Duration, ModelSample
+from collector.records import BatcherConfig, BatchStat, Duration, ModelSample
 from collector.store import ModelRollup, Store, StoredFinding, StoredRecommendation
 
 __all__ = [
@@ -51,6 +58,9 @@ __all__ = [
     "ConfigView",
     "DashboardQueries",
     "DeviceTile",
+    "DevicesView",
+    "EventsView",
+    "HeatRow",
     "FindingView",
     "ModelDetail",
     "ModelRow",
@@ -59,6 +69,7 @@ __all__ = [
     "RecommendationView",
     "ServiceTimeView",
     "TargetTile",
+    "WhatIfView",
     "from_json",
     "parse_range",
     "to_json",
@@ -78,6 +89,11 @@ RAW_FALLBACK_S: Final = 6 * 3600.0
 _LEAD_S: Final = 60.0
 # Batch stats of a long range: the sample nearest each end within this much.
 _EDGE_S: Final = 300.0
+#: A what-if reuses a calibrated batcher model this long.
+WHAT_IF_MODEL_TTL_S: Final = 60.0
+#: The max queue delays a what-if curve runs over (µs).
+WHAT_IF_DELAYS_US: Final = (0, 100, 250, 500, 1000, 2000, 5000, 10000)
+_WHAT_IF_SETTINGS: Final = RecommendSettings(window_s=30.0)
 # A sample pair spanning more scrape intervals than this is drawn as a gap.
 _GAP_INTERVALS: Final = 3.0
 
@@ -273,6 +289,39 @@ class RecommendationView:
     predicted_p95_ms: float | None
     config_pbtxt: str
     applied_at: float | None = None
+    target: str = ""
+    model: str = ""
+    current_pbtxt: str = ""  # the same fields as config_pbtxt, for the current config
+    slo_p95_ms: float | None = None
+    verification: dict[str, Any] | None = None
+    # The proposed batching, for a what-if to start from.
+    proposed_delay_us: int = 0
+    proposed_preferred: list[int] = field(default_factory=list)
+    proposed_instances: int = 1
+    max_batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class WhatIfView:
+    """The batcher model's predictions for one model at its observed load: QPS and
+    p95 for each max queue delay, with the chosen preferred sizes and instance count,
+    against the objective (the SLO, or the current p95 plus 10 %)."""
+
+    target: str
+    model: str
+    preferred: list[int]
+    instances: int
+    delays_us: list[int] = field(default_factory=list)
+    qps: list[float] = field(default_factory=list)
+    p95_ms: list[float | None] = field(default_factory=list)
+    objective_p95_ms: float | None = None
+    objective: str = ""
+    current_qps: float | None = None
+    current_p95_ms: float | None = None
+    current_delay_us: int | None = None
+    max_batch_size: int | None = None
+    max_instances: int = 4
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -341,12 +390,19 @@ class DashboardQueries:
 
     def __init__(self, store_url: str, *,
                  store_factory: Callable[[str], Store] = Store,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 slo_p95_ms: dict[str, float] | None = None) -> None:
         self._url = store_url
         self._factory = store_factory
         self._clock = clock
         self._store: Store | None = None
         self._lock = threading.Lock()
+        self._slo = dict(slo_p95_ms or {})
+        # (target, model) -> (built at, model): calibrating one takes seconds, so a
+        # what-if slider reuses it for WHAT_IF_MODEL_TTL_S.
+        self._models: dict[tuple[str, str], tuple[float, BatcherModel | None]] = {}
+        # Curves drawn from the current model, so moving only the delay is instant.
+        self._curves: dict[tuple[Any, ...], tuple[BatcherModel, WhatIfView]] = {}
 
     def close(self) -> None:
         with self._lock:
@@ -434,6 +490,83 @@ class DashboardQueries:
     def latest_recommendation(self, target: str, model: str) -> RecommendationView | None:
         return self._guard("recommendation", lambda s: _latest_recommendation(s, target, model),
                            lambda _error: None)
+
+    def recommendations(self) -> tuple[list[RecommendationView], str | None]:
+        """The latest recommendation of every model, most confident change first; and
+        an error line when the store could not be read."""
+        def read(store: Store) -> tuple[list[RecommendationView], str | None]:
+            latest: dict[tuple[str, str], StoredRecommendation] = {}
+            for r in store.recommendations():
+                latest[(r.target, r.model)] = r  # oldest first: the last one wins
+            views = [_recommendation_view(r) for r in latest.values()]
+            views.sort(key=lambda v: (not v.changes, v.target, v.model))
+            return views, None
+
+        return self._guard("recommendations", read, lambda error: ([], error))
+
+    def events(self, *, since_s: float = 7 * 24 * 3600.0, target: str | None = None,
+               subject: str | None = None, kind: str | None = None,
+               severity: str | None = None, state: str = "active",
+               now: float | None = None) -> EventsView:
+        """Findings (and, later, other events) matching the filters; ``state`` is
+        ``active``, ``past`` or ``all``; past ones from the last ``since_s``."""
+        at = self._clock() if now is None else now
+        return self._guard(
+            "events", lambda s: _events(s, since=at - since_s, target=target, subject=subject,
+                                        kind=kind, severity=severity, state=state),
+            lambda error: EventsView(error=error))
+
+    def devices(self, *, range_name: str | None = None, now: float | None = None,
+                max_points: int = 120) -> DevicesView:
+        """Utilisation of every GPU / MIG instance and model-instance process over a
+        range, bucketed for a heatmap, with memory and power."""
+        name, seconds = parse_range(range_name)
+        until = self._clock() if now is None else now
+        since = until - min(seconds, RAW_FALLBACK_S)
+        return self._guard(
+            "devices", lambda s: _devices(s, since=since, until=until, name=name,
+                                          max_points=max_points),
+            lambda error: DevicesView(range_name=name, since=since, until=until, error=error))
+
+    def what_if(self, target: str, model: str, *, preferred: Sequence[int],
+                instances: int, now: float | None = None) -> WhatIfView:
+        """Predicted QPS and p95 over the max queue delays for ``preferred`` sizes and
+        ``instances`` instances, at the load last observed for the model."""
+        at = self._clock() if now is None else now
+        view = WhatIfView(target=target, model=model, preferred=sorted(set(preferred)),
+                          instances=instances)
+
+        def read(store: Store) -> WhatIfView:
+            batcher = self._batcher_model(store, target, model, at)
+            if batcher is None:
+                return replace(view, error="not enough traffic observed for a prediction yet")
+            key = (target, model, tuple(view.preferred), instances)
+            with self._lock:
+                cached = self._curves.get(key)
+            if cached is not None and cached[0] is batcher:
+                return cached[1]
+            curve = _what_if(batcher, view, self._slo.get(model))
+            with self._lock:
+                if len(self._curves) > 256:
+                    self._curves.clear()
+                self._curves[key] = (batcher, curve)
+            return curve
+
+        return self._guard(f"what-if of {model!r}", read,
+                           lambda error: replace(view, error=error))
+
+    def _batcher_model(self, store: Store, target: str, model: str,
+                       now: float) -> BatcherModel | None:
+        key = (target, model)
+        with self._lock:
+            cached = self._models.get(key)
+        if cached is not None and now - cached[0] < WHAT_IF_MODEL_TTL_S:
+            return cached[1]
+        obs = observe_model(store, target, model, settings=_WHAT_IF_SETTINGS, now=now)
+        built = batcher_model(obs, _WHAT_IF_SETTINGS) if obs is not None else None
+        with self._lock:
+            self._models[key] = (now, built)
+        return built
 
 
 def _one_line(err: BaseException) -> str:
@@ -857,4 +990,180 @@ def _recommendation_view(r: StoredRecommendation) -> RecommendationView:
         changes=[[c.field, str(c.before), str(c.after)] for c in rec.changes],
         current_qps=rec.current.qps, current_p95_ms=rec.current.p95_ms,
         predicted_qps=rec.predicted.qps, predicted_p95_ms=rec.predicted.p95_ms,
-        config_pbtxt=r.config_fragment or rec.config_pbtxt, applied_at=r.applied_at)
+        config_pbtxt=r.config_fragment or rec.config_pbtxt, applied_at=r.applied_at,
+        target=r.target, model=r.model,
+        current_pbtxt=render_pbtxt(rec.current_config,
+                                   instance_kind=_instance_kind(rec.config_json)),
+        slo_p95_ms=rec.slo_p95_ms,
+        verification=dict(r.verification) if r.verification else None,
+        proposed_delay_us=rec.proposed_config.max_queue_delay_us,
+        proposed_preferred=list(rec.proposed_config.preferred_batch_sizes),
+        proposed_instances=rec.proposed_config.instance_count,
+        max_batch_size=rec.proposed_config.max_batch_size)
+
+
+def _instance_kind(config_json: str) -> str:
+    try:
+        groups = json.loads(config_json).get("instance_group") or [{}]
+        return str(groups[0].get("kind") or "KIND_CPU")
+    except (ValueError, AttributeError, IndexError):
+        return "KIND_CPU"
+
+
+def _what_if(batcher: BatcherModel, view: WhatIfView, slo_p95_ms: float | None) -> WhatIfView:
+    obs = batcher.observation
+    current = obs.batcher
+    settings = batcher.settings
+    sizes = [p for p in view.preferred if 1 <= p <= current.max_batch_size]
+    instances = min(max(view.instances, 1), settings.max_instances)
+    qps: list[float] = []
+    p95: list[float | None] = []
+    for delay in WHAT_IF_DELAYS_US:
+        config = BatcherConfig(max_batch_size=current.max_batch_size, dynamic_batching=True,
+                               preferred_batch_sizes=tuple(sizes), max_queue_delay_us=delay,
+                               instance_count=instances)
+        p = batcher.predict(config, requests=settings.screen_requests)
+        qps.append(p.qps)
+        p95.append(p.p95_ms)
+    now = batcher.predict(current, requests=settings.screen_requests)
+    if slo_p95_ms is not None:
+        objective, text = slo_p95_ms, f"SLO p95 ≤ {slo_p95_ms:g} ms"
+    else:
+        objective = now.p95_ms * settings.latency_margin if now.p95_ms else None
+        text = f"current p95 + {settings.latency_margin - 1:.0%}"
+    return replace(view, preferred=sizes, instances=instances,
+                   delays_us=list(WHAT_IF_DELAYS_US), qps=qps, p95_ms=p95,
+                   objective_p95_ms=objective, objective=text, current_qps=now.qps,
+                   current_p95_ms=now.p95_ms,
+                   current_delay_us=current.max_queue_delay_us if current.dynamic_batching
+                   else None,
+                   max_batch_size=current.max_batch_size, max_instances=settings.max_instances)
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class EventsView:
+    """Events of every kind the store keeps, newest first, with the choices the
+    page's filters offer. Today every event is a finding (``FindingView``); alert
+    states and notification deliveries join as further readers in ``_EVENT_READERS``
+    with the same fields, so the page does not change."""
+
+    events: list[FindingView] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
+    subjects: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    severities: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def _finding_events(store: Store, since: float) -> list[FindingView]:
+    seen = {f.id: f for f in store.findings(since=since)}
+    seen.update({f.id: f for f in store.active_findings()})
+    return [_finding_view(f) for f in seen.values()]
+
+
+#: Each reader turns one kind of stored event into ``FindingView``s since a time.
+_EVENT_READERS: Final = (_finding_events,)
+_SEVERITY_ORDER: Final = {"critical": 0, "warning": 1, "info": 2}
+
+
+def _events(store: Store, *, since: float, target: str | None, subject: str | None,
+            kind: str | None, severity: str | None, state: str) -> EventsView:
+    every = [e for read in _EVENT_READERS for e in read(store, since)]
+    chosen = [e for e in every
+              if (target is None or e.target == target)
+              and (subject is None or e.subject == subject)
+              and (kind is None or e.kind == kind)
+              and (severity is None or e.severity == severity)
+              and (state == "all" or (state == "active") == e.active)]
+    chosen.sort(key=lambda e: (not e.active, _SEVERITY_ORDER.get(e.severity, 3),
+                               -e.created_at, -e.id))
+    return EventsView(events=chosen[:500], targets=sorted({e.target for e in every}),
+                      subjects=sorted({e.subject for e in every}),
+                      kinds=sorted({e.kind for e in every}),
+                      severities=sorted({e.severity for e in every},
+                                        key=lambda s: _SEVERITY_ORDER.get(s, 3)))
+
+
+# --------------------------------------------------------------------------- devices
+
+
+@dataclass(frozen=True)
+class HeatRow:
+    """One row of a utilisation heatmap: a GPU, MIG instance or model-instance
+    process, its utilisation (percent) per time bucket (``None``: no reading)."""
+
+    label: str
+    kind: str  # "gpu", "mig", "process"
+    values: list[float | None]
+
+
+@dataclass(frozen=True)
+class DevicesView:
+    range_name: str
+    since: float
+    until: float
+    t: list[float] = field(default_factory=list)  # bucket starts
+    devices: list[HeatRow] = field(default_factory=list)  # GPU / MIG utilisation
+    processes: list[HeatRow] = field(default_factory=list)  # per model-instance process
+    process_metric: str = "CPU % of one core"
+    memory_used_gb: list[HeatRow] = field(default_factory=list)
+    power_w: list[HeatRow] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.devices and not self.processes
+
+
+def _bucketed(points: Iterable[tuple[str, str, float, float | None]], since: float,
+              bucket_s: float, buckets: int) -> list[HeatRow]:
+    """(label, kind, time, value) points averaged per label and time bucket."""
+    sums: dict[tuple[str, str], list[list[float]]] = {}
+    for label, kind, at, value in points:
+        if value is None or not math.isfinite(value):
+            continue
+        i = int((at - since) // bucket_s)
+        if 0 <= i < buckets:
+            acc = sums.setdefault((label, kind), [[0.0, 0.0] for _ in range(buckets)])
+            acc[i][0] += value
+            acc[i][1] += 1
+    return [HeatRow(label=label, kind=kind,
+                    values=[a[0] / a[1] if a[1] else None for a in acc])
+            for (label, kind), acc in sorted(sums.items())]
+
+
+def _devices(store: Store, *, since: float, until: float, name: str,
+             max_points: int) -> DevicesView:
+    bucket_s = max((until - since) / max_points, 1.0)
+    buckets = max(int(math.ceil((until - since) / bucket_s)), 1)
+    devices = store.device_samples(since=since, until=until)
+    device_util, memory, power = [], [], []
+    for d in devices:
+        s = d.sample
+        label = f"{d.target} · {s.name or s.kind} {s.index if s.index is not None else ''} "\
+                f"({s.uuid[-8:]})"
+        util = s.sm_active_pct if s.sm_active_pct is not None else s.utilization_gpu_pct
+        device_util.append((label, s.kind, d.collected_at, util))
+        if s.memory_used_bytes is not None:
+            memory.append((label, s.kind, d.collected_at, s.memory_used_bytes / 1e9))
+        power.append((label, s.kind, d.collected_at, s.power_w))
+    processes = store.process_samples(since=since, until=until)
+    gpu_procs = [p for p in processes if p.sample.sm_util_pct is not None]
+    chosen = gpu_procs or [p for p in processes if p.sample.role == "stub"]
+    metric = "SM % (NVML)" if gpu_procs else "CPU % of one core"
+    proc_points = []
+    for p in chosen:
+        s = p.sample
+        label = f"{p.target} · {s.instance_name or s.model or s.role} (pid {s.pid})"
+        proc_points.append((label, "process", p.collected_at,
+                            s.sm_util_pct if gpu_procs else s.cpu_pct))
+    return DevicesView(
+        range_name=name, since=since, until=until,
+        t=[since + i * bucket_s for i in range(buckets)],
+        devices=_bucketed(device_util, since, bucket_s, buckets),
+        processes=_bucketed(proc_points, since, bucket_s, buckets), process_metric=metric,
+        memory_used_gb=_bucketed(memory, since, bucket_s, buckets),
+        power_w=_bucketed(power, since, bucket_s, buckets))

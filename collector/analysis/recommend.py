@@ -29,7 +29,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -61,6 +61,8 @@ __all__ = [
     "observe_model",
     "recommend_from_observation",
     "recommend_model",
+    "recommender_job",
+    "store_recommendation",
 ]
 
 SUMMARY_MAX_AGE_S = 60.0  # prometheus-cpp's default sliding window for summaries
@@ -655,6 +657,38 @@ def recommend_model(store: Store, target: str, model: str, *, slo_p95_ms: float 
     if obs is None:
         return None
     return recommend_from_observation(obs, slo_p95_ms=slo_p95_ms, settings=settings, now=now)
+
+
+def store_recommendation(store: Store, rec: Recommendation) -> int:
+    """Keep ``rec`` in the store (readable back with ``recommendation_from_dict``);
+    returns its id."""
+    return store.add_recommendation(
+        target=rec.target, model=rec.model, change=recommendation_to_dict(rec),
+        predicted={"qps": rec.predicted.qps, "p95_ms": rec.predicted.p95_ms},
+        confidence=rec.confidence, config_fragment=rec.config_pbtxt, status=rec.kind,
+        created_at=rec.created_at)
+
+
+def recommender_job(slo_p95_ms: Mapping[str, float] | None = None, *,
+                    window_s: float = 30.0) -> Callable[[Store, float], list[int]]:
+    """The recommender as a scheduler analysis (``CollectorService(analyses=[...])``):
+    a recommendation per model with enough traffic in the last ``window_s``, stored."""
+    objectives = dict(slo_p95_ms or {})
+
+    def run_recommender_job(store: Store, now: float) -> list[int]:
+        stored = []
+        for target in store.targets():
+            if target.kind != "triton":
+                continue
+            for (_, model) in sorted(store.latest_model_configs(target.name)):
+                rec = recommend_model(store, target.name, model,
+                                      slo_p95_ms=objectives.get(model), window_s=window_s,
+                                      now=now)
+                if rec is not None:
+                    stored.append(store_recommendation(store, rec))
+        return stored
+
+    return run_recommender_job
 
 
 def recommendation_to_dict(rec: Recommendation) -> dict[str, object]:

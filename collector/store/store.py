@@ -871,6 +871,27 @@ class Store:
         )
         return self._add(row, lambda r: r.id)
 
+    def record_recommendation_outcome(
+        self,
+        recommendation_id: int,
+        *,
+        status: str,
+        applied_at: float,
+        verification: Mapping[str, Any],
+    ) -> StoredRecommendation:
+        """Mark a recommendation applied (``status`` e.g. ``"applied"`` or
+        ``"rolled_back"``) with its before/after figures. Raises ``KeyError`` when there
+        is no recommendation ``recommendation_id``."""
+        with self._write() as session:
+            row = session.get(RecommendationRow, recommendation_id)
+            if row is None:
+                raise KeyError(f"no recommendation with id {recommendation_id}")
+            row.status = status
+            row.applied_at = float(applied_at)
+            row.verification = dict(verification)
+            session.flush()
+            return _record_from(StoredRecommendation, _orm_values(row))
+
     def recommendations(
         self,
         *,

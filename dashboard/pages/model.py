@@ -58,7 +58,8 @@ def _detail(data: Any) -> ModelDetail | None:
     return from_json(ModelDetail, data) if data else None
 
 
-def register_callbacks(app: Dash, queries: DashboardQueries) -> None:
+def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
+    del actions  # read-only page
     @app.callback(Output(Model.DATA, "data"), Input(Model.INTERVAL, "n_intervals"),
                   State(Model.QUERY, "data"))
     def tick(_n: int, query: Any) -> Any:

@@ -46,7 +46,8 @@ def layout(**_query: Any) -> Any:
     ], className="page page-overview")
 
 
-def register_callbacks(app: Dash, queries: DashboardQueries) -> None:
+def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
+    del actions  # read-only page
     @app.callback(Output(Overview.DATA, "data"), Input(Overview.INTERVAL, "n_intervals"))
     def tick(_n: int) -> Any:
         return to_json(queries.overview(window_s=WINDOW_S))

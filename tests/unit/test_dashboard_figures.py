@@ -222,3 +222,37 @@ def test_batch_cell_says_what_the_average_is_measured_against() -> None:
     assert cell_text(row("m", dynamic_batching=False, preferred_batch_sizes=[])) == [
         "batching off"]
     assert cell_text(row("m", preferred_batch_sizes=[])) == ["max 32"]
+
+
+def test_what_if_figure_draws_qps_p95_objective_and_marks_the_choice() -> None:
+    from dashboard.queries import WhatIfView
+
+    view = WhatIfView(target="t", model="<b>m</b>", preferred=[8, 16], instances=2,
+                      delays_us=[0, 1000, 5000], qps=[500.0, 650.0, 700.0],
+                      p95_ms=[20.0, 22.0, 31.0], objective_p95_ms=25.0,
+                      objective="SLO p95 ≤ 25 ms", current_qps=400.0, current_p95_ms=30.0)
+    fig = figures.what_if_figure(view, "dark", chosen_delay_us=1000)
+    names = [t.name for t in fig.data]
+    assert names[:2] == ["predicted QPS", "predicted p95"]
+    assert any(n.startswith("objective") for n in names) and "QPS now" in names
+    bars = fig.data[0]
+    assert list(bars.y) == [500.0, 650.0, 700.0]
+    # The chosen delay's bar has its own colour.
+    assert bars.marker.color[1] != bars.marker.color[0] == bars.marker.color[2]
+    objective = next(t for t in fig.data if t.name.startswith("objective"))
+    assert list(objective.y) == [25.0, 25.0] and objective.yaxis == "y2"
+    assert "2 instance(s)" in fig.layout.title.text
+    failed = figures.what_if_figure(WhatIfView(target="t", model="m", preferred=[],
+                                               instances=1, error="not enough traffic"), "dark")
+    assert failed.layout.annotations[0].text == "not enough traffic"
+
+
+def test_heatmap_rows_are_plain_text_and_empty_says_so() -> None:
+    from dashboard.queries import HeatRow
+
+    rows = [HeatRow(label="t · <img src=x> (pid 1)", kind="process", values=[10.0, None])]
+    fig = figures.heatmap_figure(rows, [0.0, 5.0], "light", title="Processes")
+    assert fig.data[0].y[0] == "t · &lt;img src=x&gt; (pid 1)"
+    assert list(fig.data[0].z[0]) == [10.0, None]
+    empty = figures.heatmap_figure([], [], "dark", title="GPU")
+    assert "no gpu readings" in empty.layout.annotations[0].text

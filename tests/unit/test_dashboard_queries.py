@@ -393,3 +393,96 @@ def test_the_dashboard_command_binds_to_localhost_by_default() -> None:
     args = build_parser().parse_args(["dashboard", "--db", "sqlite:///x.db"])
     assert (args.host, args.port, args.refresh, args.db_url) == (
         "127.0.0.1", 8050, 5.0, "sqlite:///x.db")
+
+
+# --------------------------------------------------------------------------- recommendations
+
+
+def test_recommendations_and_what_if_from_the_batcher_model(seeded: str, store: Store) -> None:
+    from collector.analysis.recommend import recommender_job
+
+    ids_ = recommender_job(window_s=60.0)(store, T0 + 600)
+    assert len(ids_) == 2
+    q = DashboardQueries(seeded, clock=lambda: T0 + 600, slo_p95_ms={"batched": 40.0})
+    recs, error = q.recommendations()
+    assert error is None
+    assert {(r.target, r.model) for r in recs} == {("t", "batched"), ("t", "unbatched")}
+    unbatched = next(r for r in recs if r.model == "unbatched")
+    # Only batch size 1 was seen: a probe, shown as a diff of the pbtxt fragments.
+    assert unbatched.kind == "probe" and "dynamic_batching {" in unbatched.config_pbtxt
+    assert "dynamic_batching" not in unbatched.current_pbtxt
+
+    curve = q.what_if("t", "batched", preferred=[8, 16], instances=1)
+    assert curve.error is None and curve.objective == "SLO p95 ≤ 40 ms"
+    assert len(curve.qps) == len(curve.delays_us) == len(curve.p95_ms) > 3
+    assert all(v > 0 for v in curve.qps)
+    two = q.what_if("t", "batched", preferred=[8, 16], instances=2)
+    assert two.instances == 2 and two.qps != curve.qps
+    # Without two batch sizes there is no curve yet, and it says so.
+    assert "not enough traffic" in (q.what_if("t", "unbatched", preferred=[],
+                                              instances=1).error or "")
+    # JSON round trip for the page's Store.
+    assert from_json(type(curve), json.loads(json.dumps(to_json(curve)))) == curve
+
+
+def test_recommendation_outcome_is_kept(store: Store) -> None:
+    rid = store_recommendation(store, target="t", config=UNBATCHED, qps=50.0, p95_ms=90.0,
+                               created_at=T0)
+    done = store.record_recommendation_outcome(rid, status="applied", applied_at=T0 + 5,
+                                               verification={"verdict": "kept"})
+    assert done.status == "applied" and done.verification == {"verdict": "kept"}
+    with pytest.raises(KeyError):
+        store.record_recommendation_outcome(rid + 99, status="applied", applied_at=T0,
+                                            verification={})
+
+
+# --------------------------------------------------------------------------- events, devices
+
+
+def test_events_filter_by_target_model_kind_severity_and_state(store: Store, db_url: str) -> None:
+    common = dict(window_start=T0, window_end=T0 + 60, evidence={"x": 1})
+    a = store.add_finding(kind="batching_off", severity="warning", target="t", subject="m1",
+                          summary="a", created_at=T0 + 60, **common)
+    store.add_finding(kind="idle_capacity", severity="critical", target="u", subject="gpu0",
+                      summary="b", created_at=T0 + 70, **common)
+    store.add_finding(kind="queue_saturation", severity="info", target="t", subject="m2",
+                      summary="c", created_at=T0 + 80, **common)
+    store.resolve_finding(a, T0 + 100)
+    q = DashboardQueries(db_url, clock=lambda: T0 + 200)
+    active = q.events()
+    assert [e.summary for e in active.events] == ["b", "c"]  # critical first
+    assert active.kinds == ["batching_off", "idle_capacity", "queue_saturation"]
+    assert active.severities == ["critical", "warning", "info"]
+    assert [e.summary for e in q.events(state="past").events] == ["a"]
+    assert [e.summary for e in q.events(state="all", target="t").events] == ["c", "a"]
+    assert [e.summary for e in q.events(state="all", kind="idle_capacity").events] == ["b"]
+    assert [e.summary for e in q.events(state="all", severity="info").events] == ["c"]
+    assert [e.summary for e in q.events(state="all", subject="m1").events] == ["a"]
+
+
+def test_devices_heatmap_rows_per_gpu_and_stub_process(store: Store, db_url: str) -> None:
+    from collector.records import ProcessSample
+
+    for i in range(60):
+        at = T0 + i * 5
+        store.write_devices("t", at, [
+            DeviceSample(source="nvml", uuid="GPU-aaaaaaaa-0001", index=0, name="H200",
+                         utilization_gpu_pct=20.0 + i % 3, memory_used_bytes=10**10,
+                         power_w=150.0),
+            DeviceSample(source="nvml", uuid="GPU-aaaaaaaa-0002", index=1, name="H200",
+                         utilization_gpu_pct=90.0, sm_active_pct=70.0),
+        ])
+        store.write_processes("t", at, [
+            ProcessSample(source="host", pid=41, role="stub", model="m",
+                          instance_name="m_0_0", cpu_pct=35.0),
+            ProcessSample(source="host", pid=40, role="server", cpu_pct=5.0),
+        ])
+    view = DashboardQueries(db_url, clock=lambda: T0 + 300).devices(range_name="5m",
+                                                                     max_points=30)
+    assert view.error is None and len(view.t) == 30
+    assert [r.label.split("(")[-1] for r in view.devices] == ["aaa-0001)", "aaa-0002)"]
+    second = view.devices[1].values
+    assert {round(v) for v in second if v is not None} == {70}  # SM activity wins
+    assert [r.label for r in view.processes] == ["t · m_0_0 (pid 41)"]
+    assert view.process_metric.startswith("CPU")
+    assert len(view.memory_used_gb) == 1 and len(view.power_w) == 1

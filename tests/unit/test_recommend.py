@@ -94,12 +94,14 @@ def test_fixed_cost_model_is_tuned_and_prediction_matches_the_current_point(
     fill(store, cfg=config(batching=True), qps=900, request_ms=15.0, queue_share=0.4,
          batch_mix={4: 0.1, 8: 0.3, 12: 0.3, 16: 0.3}, cost_ms=lambda b: 8.0 + 0.3 * b)
     rec = recommend_model(store, "t", "m", now=T0 + 31)
-    assert rec is not None and rec.kind in ("tune", "no_change")
+    assert rec is not None and rec.kind == "tune"
     # Calibrated at the operating point: the model reproduces today's throughput.
     assert rec.evidence["current_predicted_qps"] == pytest.approx(900, rel=0.10)
-    assert rec.predicted.qps >= rec.evidence["current_predicted_qps"] * 0.99
+    # A large fixed cost: bigger batches pay, and the change is predicted to gain.
+    assert rec.predicted.qps >= rec.evidence["current_predicted_qps"] * 1.15
+    assert rec.predicted.avg_batch_size >= 6
     assert rec.confidence >= 0.5
-    assert "8.0" in rec.reason or "fixed" in rec.reason or rec.kind == "no_change"
+    assert "8.00 ms fixed plus 0.30 ms per sample" in rec.reason
 
 
 def test_linear_cost_model_gains_little(store: Store) -> None:
@@ -108,19 +110,23 @@ def test_linear_cost_model_gains_little(store: Store) -> None:
          batch_mix={1: 0.2, 2: 0.3, 4: 0.3, 8: 0.2}, cost_ms=lambda b: 0.2 + 2.0 * b)
     rec = recommend_model(store, "t", "m", now=T0 + 31)
     assert rec is not None
-    same_instances = rec.proposed_config.instance_count == rec.current_config.instance_count
-    if same_instances:
-        assert rec.predicted.qps <= rec.evidence["current_predicted_qps"] * 1.15
+    # Whatever it proposes, each instance serves about what one serves today:
+    # batching itself adds little when every sample costs the same.
+    per_instance = rec.predicted.qps / rec.proposed_config.instance_count
+    assert per_instance <= rec.evidence["current_predicted_qps"] * 1.15
+    assert "2.00 ms per sample" in rec.reason
 
 
 def test_slo_is_honoured(store: Store) -> None:
     fill(store, cfg=config(batching=False), qps=60, request_ms=14.0, queue_share=0.3,
          batch_mix={1: 0.5, 2: 0.5}, cost_ms=lambda b: 8.0 + 0.3 * b)
     rec = recommend_model(store, "t", "m", now=T0 + 31, slo_p95_ms=25.0)
-    assert rec is not None
-    if rec.changes and "no candidate meets" not in rec.reason:
-        assert rec.predicted.p95_ms <= 25.0
+    assert rec is not None and rec.kind in ("tune", "no_change")
+    assert "no candidate meets" not in rec.reason
+    assert rec.predicted.p95_ms <= 25.0
     assert rec.slo_p95_ms == 25.0
+    # An SLO the current config breaks (p95 ≈ 29 ms here) is not kept.
+    assert rec.proposed_config != rec.current_config
 
 
 def test_too_little_traffic_gives_nothing(store: Store) -> None:

@@ -1,0 +1,106 @@
+"""``batchscope serve``: collector, analysis and the web UI in one process.
+
+The collector's scheduler scrapes every target and runs the detectors and the
+recommender in its own threads; the dashboard is served by waitress (a production
+WSGI server) on the same store. ``Service`` is the one place that starts and stops
+them together, for the CLI, the demo and the tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from collector.analysis.detect import detector_job, detector_settings
+from collector.analysis.recommend import recommender_job
+from collector.config import Settings
+from collector.scheduler import CollectorService, build_sources
+from collector.store import Store
+
+__all__ = ["Service", "every"]
+
+log = logging.getLogger("batchscope.serve")
+
+
+def every(seconds: float,
+          job: Callable[[Store, float], object]) -> Callable[[Store, float], object]:
+    """``job`` run at most once per ``seconds`` (the scheduler calls analyses more
+    often: recommending costs a few CPU-seconds per model, detecting far less)."""
+    last = [-float("inf")]
+
+    def run_at_most_every(store: Store, now: float) -> object:
+        if now - last[0] < seconds:
+            return None
+        last[0] = now
+        return job(store, now)
+
+    run_at_most_every.__name__ = getattr(job, "__name__", "job")
+    return run_at_most_every
+
+
+class Service:
+    """The collector (with detectors and recommender) and the dashboard over one
+    store. ``start()`` returns once the UI listens; ``url`` is where."""
+
+    def __init__(self, settings: Settings, *, host: str = "127.0.0.1", port: int = 8050,
+                 refresh_s: float = 5.0, threads: int = 8) -> None:
+        from dashboard.app import create_app
+
+        self.settings = settings
+        self.store = Store(settings.db_url)
+        analyses = [detector_job(detector_settings(settings.analysis)),
+                    every(settings.recommend_every_s,
+                          recommender_job(settings.slo_p95_ms))]
+        self.collector = CollectorService(settings, self.store, build_sources(settings),
+                                          analyses=analyses)
+        self.app = create_app(settings.db_url, refresh_s=refresh_s, ui=settings.ui, host=host,
+                              targets=settings.targets, slo_p95_ms=settings.slo_p95_ms)
+        self._host, self._port, self._threads = host, port, threads
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        port = self._server.effective_port if self._server is not None else self._port
+        return f"http://{host}:{port}/"
+
+    def start(self) -> None:
+        import waitress
+
+        self.collector.start()
+        self._server = waitress.create_server(self.app.server, host=self._host,
+                                              port=self._port, threads=self._threads,
+                                              ident="batchscope")
+        self._thread = threading.Thread(target=self._server.run, name="ui", daemon=True)
+        self._thread.start()
+
+    def run(self, stop: threading.Event, duration_s: float | None = None) -> None:
+        """Start, wait for ``stop`` (or ``duration_s``), then stop everything."""
+        self.start()
+        try:
+            stop.wait(duration_s)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            if self._thread is not None:
+                self._thread.join(timeout=10)
+            self._server = None
+        self.collector.shutdown()
+        queries = self.app.server.extensions.get("batchscope_queries")
+        if queries is not None:
+            queries.close()
+        self.store.close()
+
+    def __enter__(self) -> Service:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

@@ -1,0 +1,74 @@
+"""Devices: utilisation of every GPU / MIG instance and of every model-instance
+process over a range, as heatmaps (one row each), with memory and power.
+``/devices?range=…`` is shareable. On a host without GPUs the process heatmap shows
+the CPU each Python-backend instance used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+import dash
+from dash import Dash, Input, Output, State, dcc, html
+
+from dashboard import components, figures
+from dashboard.context import refresh_ms
+from dashboard.ids import Devices, Shell
+from dashboard.queries import RANGES, DashboardQueries, DevicesView, from_json, parse_range, to_json
+
+dash.register_page(__name__, path="/devices", name="Devices", title="batchscope · devices",
+                   order=4)
+
+__all__ = ["layout", "register_callbacks"]
+
+_GRAPHS = (Devices.HEATMAP, Devices.PROCESSES, Devices.MEMORY, Devices.POWER)
+
+
+def layout(**query: Any) -> Any:
+    range_name, _ = parse_range(query.get("range"))
+    return html.Div([
+        dcc.Interval(id=Devices.INTERVAL, interval=refresh_ms(), n_intervals=0),
+        dcc.Store(id=Devices.QUERY, data={"range": range_name}),
+        dcc.Store(id=Devices.DATA),
+        html.Div(id=Devices.BANNER, className="banners"),
+        html.Div([dcc.Link(name, href="/devices?" + urlencode({"range": name}),
+                           className="range-link range-current" if name == range_name
+                           else "range-link") for name in RANGES],
+                 id=Devices.RANGES, className="ranges"),
+        html.Div([dcc.Graph(id=g, className="graph",
+                            config={"displaylogo": False, "displayModeBar": False})
+                  for g in _GRAPHS], className="graphs"),
+    ], className="page page-devices")
+
+
+def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
+    del actions  # read-only page
+
+    @app.callback(Output(Devices.DATA, "data"), Input(Devices.INTERVAL, "n_intervals"),
+                  State(Devices.QUERY, "data"))
+    def tick(_n: int, query: Any) -> Any:
+        return to_json(queries.devices(range_name=(query or {}).get("range")))
+
+    @app.callback(Output(Devices.BANNER, "children"),
+                  *[Output(g, "figure") for g in _GRAPHS],
+                  Input(Devices.DATA, "data"), Input(Shell.THEME, "value"))
+    def draw(data: Any, theme: str) -> tuple[Any, ...]:
+        if data is None:
+            return ([], *(figures.empty_figure("loading", theme) for _ in _GRAPHS))
+        view = from_json(DevicesView, data)
+        if view.error:
+            return (components.banner([view.error]),
+                    *(figures.empty_figure("the store could not be read", theme)
+                      for _ in _GRAPHS))
+        return (
+            [],
+            figures.heatmap_figure(view.devices, view.t, theme,
+                                   title="GPU / MIG utilisation"),
+            figures.heatmap_figure(view.processes, view.t, theme,
+                                   title=f"Model-instance processes · {view.process_metric}",
+                                   zmax=None),
+            figures.rows_figure(view.memory_used_gb, view.t, theme, title="GPU memory used",
+                                y_title="GB"),
+            figures.rows_figure(view.power_w, view.t, theme, title="Power", y_title="W"),
+        )

@@ -1,0 +1,208 @@
+"""Recommendations: ``/recommendations?target=…&model=…`` (shareable).
+
+The latest recommendation of every model, the chosen one with its change as a diff
+of ``config.pbtxt`` and a copy button; a what-if panel whose sliders re-run the
+batcher model fitted to the observed load (``DashboardQueries.what_if``) and draw
+predicted QPS and p95 against the objective; and Apply, shown only to an admin when
+the target takes live config changes, behind a confirmation, with the verification
+result after. The role is checked again on the server when Apply fires.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Dash, Input, Output, State, dcc, html, no_update
+
+from dashboard import auth, components, figures
+from dashboard.actions import ActionRefused, ConfigActions
+from dashboard.context import refresh_ms
+from dashboard.ids import Recs, Shell
+from dashboard.queries import (
+    WHAT_IF_DELAYS_US,
+    DashboardQueries,
+    RecommendationView,
+    from_json,
+    to_json,
+)
+
+dash.register_page(__name__, path="/recommendations", name="Recommendations",
+                   title="batchscope · recommendations", order=2)
+
+__all__ = ["layout", "register_callbacks"]
+
+_PREFERRED_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def layout(**query: Any) -> Any:
+    target = query.get("target") or None
+    model = query.get("model") or None
+    return html.Div([
+        dcc.Interval(id=Recs.INTERVAL, interval=refresh_ms(), n_intervals=0),
+        dcc.Store(id=Recs.QUERY, data={"target": target, "model": model}),
+        dcc.Store(id=Recs.DATA),
+        dcc.Store(id=Recs.JOB),
+        dcc.Store(id=Recs.SEEDED, data=False),
+        dcc.Interval(id=Recs.JOB_POLL, interval=1000, disabled=True),
+        html.Div(id=Recs.BANNER, className="banners"),
+        html.Div([
+            html.Div(id=Recs.LIST, className="rec-list"),
+            html.Div([
+                html.Div(id=Recs.DETAIL, className="panel"),
+                html.Div([
+                    html.H3("What if"),
+                    html.P("Move a slider: the batcher model fitted to this model's observed "
+                           "traffic predicts throughput and p95 for that config at the same "
+                           "load.", className="muted"),
+                    html.Div([
+                        html.Label("max queue delay", htmlFor=Recs.DELAY),
+                        dcc.Slider(id=Recs.DELAY, min=0, max=len(WHAT_IF_DELAYS_US) - 1,
+                                   step=1, value=0,
+                                   marks={i: f"{d}" for i, d in enumerate(WHAT_IF_DELAYS_US)}),
+                        html.Label("preferred batch sizes", htmlFor=Recs.PREFERRED),
+                        dcc.Dropdown(id=Recs.PREFERRED, multi=True, value=[],
+                                     placeholder="none (as large as possible)",
+                                     options=[{"label": str(p), "value": p}
+                                              for p in _PREFERRED_CHOICES]),
+                        html.Label("instances", htmlFor=Recs.INSTANCES),
+                        dcc.Slider(id=Recs.INSTANCES, min=1, max=4, step=1, value=1,
+                                   marks={i: str(i) for i in range(1, 5)}),
+                    ], className="what-if-controls"),
+                    dcc.Loading(dcc.Graph(id=Recs.WHAT_IF_GRAPH, className="graph",
+                                          config={"displaylogo": False,
+                                                  "displayModeBar": False}),
+                                type="dot"),
+                    html.Div(id=Recs.WHAT_IF_SUMMARY),
+                ], id=Recs.WHAT_IF, className="panel"),
+                html.Div(id=Recs.APPLY_PANEL, className="panel"),
+                html.Div(id=Recs.JOB_STATUS, className="panel job"),
+            ], className="rec-main"),
+        ], className="rec-layout"),
+    ], className="page page-recommendations")
+
+
+def _selected(recs: list[RecommendationView], query: Any) -> RecommendationView | None:
+    query = query or {}
+    for r in recs:
+        if (r.target, r.model) == (query.get("target"), query.get("model")):
+            return r
+    return recs[0] if recs else None
+
+
+def _recs(data: Any) -> list[RecommendationView]:
+    return [from_json(RecommendationView, r) for r in (data or {}).get("recs", [])]
+
+
+def register_callbacks(app: Dash, queries: DashboardQueries,
+                       actions: ConfigActions | None = None) -> None:
+    """The page's callbacks; ``actions`` (None: read-only) carries out Apply."""
+    @app.callback(Output(Recs.DATA, "data"), Input(Recs.INTERVAL, "n_intervals"))
+    def tick(_n: int) -> Any:
+        recs, error = queries.recommendations()
+        return {"recs": [to_json(r) for r in recs], "error": error}
+
+    @app.callback(Output(Recs.BANNER, "children"), Output(Recs.LIST, "children"),
+                  Output(Recs.DETAIL, "children"),
+                  Input(Recs.DATA, "data"), State(Recs.QUERY, "data"))
+    def render(data: Any, query: Any) -> tuple[Any, ...]:
+        if data is None:
+            return [], [], []
+        recs = _recs(data)
+        chosen = _selected(recs, query)
+        error = data.get("error")
+        return (components.banner([error] if error else []),
+                components.recommendation_list(
+                    recs, (chosen.target, chosen.model) if chosen else None),
+                components.recommendation_detail(chosen))
+
+    @app.callback(Output(Recs.DELAY, "value"), Output(Recs.PREFERRED, "value"),
+                  Output(Recs.INSTANCES, "value"), Output(Recs.SEEDED, "data"),
+                  Input(Recs.DATA, "data"), State(Recs.QUERY, "data"),
+                  State(Recs.SEEDED, "data"), prevent_initial_call=True)
+    def start_from_recommendation(data: Any, query: Any, seeded: Any) -> tuple[Any, ...]:
+        # The first fill starts the sliders at the proposed config; later refreshes
+        # leave whatever the user has set.
+        chosen = _selected(_recs(data), query)
+        if seeded or chosen is None:
+            return no_update, no_update, no_update, no_update
+        delay = (WHAT_IF_DELAYS_US.index(chosen.proposed_delay_us)
+                 if chosen.proposed_delay_us in WHAT_IF_DELAYS_US else 0)
+        return delay, chosen.proposed_preferred, chosen.proposed_instances, True
+
+    @app.callback(Output(Recs.WHAT_IF_GRAPH, "figure"), Output(Recs.WHAT_IF_SUMMARY, "children"),
+                  Input(Recs.DELAY, "value"), Input(Recs.PREFERRED, "value"),
+                  Input(Recs.INSTANCES, "value"), Input(Shell.THEME, "value"),
+                  State(Recs.DATA, "data"), State(Recs.QUERY, "data"))
+    def what_if(delay_index: Any, preferred: Any, instances: Any, theme: str, data: Any,
+                query: Any) -> tuple[Any, ...]:
+        chosen = _selected(_recs(data), query)
+        if chosen is None:
+            view = None
+        else:
+            sizes = [int(p) for p in (preferred or []) if isinstance(p, int | float)]
+            view = queries.what_if(chosen.target, chosen.model, preferred=sizes,
+                                   instances=int(instances or 1))
+        delay = WHAT_IF_DELAYS_US[min(max(int(delay_index or 0), 0),
+                                      len(WHAT_IF_DELAYS_US) - 1)]
+        return (figures.what_if_figure(view, theme, chosen_delay_us=delay),
+                components.what_if_summary(view, delay))
+
+    @app.callback(Output(Recs.APPLY_PANEL, "children"), Input(Recs.DATA, "data"),
+                  State(Recs.QUERY, "data"))
+    def apply_panel(data: Any, query: Any) -> Any:
+        chosen = _selected(_recs(data), query)
+        if chosen is None:
+            return []
+        if not chosen.changes:
+            return [html.P("Nothing to apply: the current config is already the best found.",
+                           className="muted")]
+        if not auth.is_admin():
+            return [html.P("Only an admin can apply a change.", className="muted")]
+        if actions is None or not actions.knows(chosen.target):
+            return [html.P("This dashboard does not know where this server is; run "
+                           "`batchscope serve` with its URL to apply from here.",
+                           className="muted")]
+        if not actions.live_changes_allowed(chosen.target):
+            return [html.P("This server does not allow live config changes (start it with "
+                           "--model-control-mode=explicit); copy the fragment instead.",
+                           className="muted")]
+        return [html.H3("Apply"),
+                html.P("Loads the proposed config through Triton's model-repository API, "
+                       "measures before and after, and rolls back when throughput falls "
+                       "or p95 breaks the objective.", className="muted"),
+                dcc.ConfirmDialogProvider(
+                    html.Button("Apply this change", id=Recs.APPLY, className="button"),
+                    id=Recs.APPLY_CONFIRM,
+                    message=f"Apply the recommended config to {chosen.model} on "
+                            f"{chosen.target} now? It is verified and rolled back on a "
+                            f"regression.")]
+
+    @app.callback(Output(Recs.JOB, "data"), Output(Recs.JOB_POLL, "disabled"),
+                  Output(Recs.JOB_STATUS, "children", allow_duplicate=True),
+                  Input(Recs.APPLY_CONFIRM, "submit_n_clicks"),
+                  State(Recs.DATA, "data"), State(Recs.QUERY, "data"),
+                  prevent_initial_call=True)
+    def apply(submitted: Any, data: Any, query: Any) -> tuple[Any, ...]:
+        chosen = _selected(_recs(data), query)
+        if not submitted or chosen is None:
+            return no_update, no_update, no_update
+        if not auth.is_admin():  # the button is hidden from viewers; this is the guard
+            return None, True, [html.P("Only an admin can apply a change.", className="bad")]
+        if actions is None:
+            return None, True, [html.P("This dashboard cannot apply changes.", className="bad")]
+        try:
+            job = actions.start_apply(chosen.target, chosen.model, chosen.id)
+        except ActionRefused as exc:
+            return None, True, [html.P(str(exc), className="bad")]
+        return job.id, False, components.apply_job_status(job)
+
+    @app.callback(Output(Recs.JOB_STATUS, "children"),
+                  Output(Recs.JOB_POLL, "disabled", allow_duplicate=True),
+                  Input(Recs.JOB_POLL, "n_intervals"), State(Recs.JOB, "data"),
+                  prevent_initial_call=True)
+    def poll(_n: Any, job_id: Any) -> tuple[Any, ...]:
+        job = actions.job(job_id) if actions is not None and job_id else None
+        if job is None:
+            return [], True
+        return components.apply_job_status(job), job.done

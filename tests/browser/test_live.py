@@ -1,0 +1,208 @@
+"""The dashboard in headless Chromium over a store filled by a real collection of the
+CPU testbed: a Triton (explicit model control) with a batched and an unbatched model,
+driven by the load generator while the collector, the detectors and the recommender
+run. Login is on (an admin and a viewer password); an admin's Apply changes the live
+Triton config, a viewer cannot. Each test saves screenshots under its tmp_path."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+from collector.analysis.detect import detector_settings, run_detectors
+from collector.analysis.recommend import recommender_job
+from collector.config import Settings, TargetSettings, UiSettings, target_from_url
+from collector.scheduler import CollectorService, build_sources
+from collector.store import Store
+from collector.testbed.load import run_load
+from collector.testbed.models import ModelSpec
+from collector.testbed.server import TritonServer
+from dashboard import ids
+from dashboard.app import create_app
+
+ADMIN_PASSWORD = "admin-secret-1"
+VIEWER_PASSWORD = "viewer-secret-2"
+MODELS = (
+    ModelSpec("batched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32,
+              dynamic_batching=True, preferred_batch_sizes=(8, 16), max_queue_delay_us=2000),
+    ModelSpec("unbatched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32),
+)
+REFRESH_S = 60.0
+
+
+@dataclass
+class Live:
+    server: TritonServer
+    target: TargetSettings
+    store_url: str
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    """A real collection: 12 s of load on both models, scraped every 0.5 s, then the
+    detectors and the recommender over the store."""
+    root = tmp_path_factory.mktemp("live")
+    server = TritonServer(MODELS, workdir=root / "triton",
+                          extra_args=["--metrics-config", "summary_latencies=true"])
+    server.start()
+    try:
+        target = target_from_url(server.http_url, server.metrics_url)
+        url = f"sqlite:///{root}/live.db"
+        settings = Settings(targets=(target,), db_url=url, interval_s=0.5, jitter_s=0.0,
+                            sources=("triton", "host"))
+        store = Store(url)
+        service = CollectorService(settings, store, build_sources(settings))
+        service.start()
+        try:
+            runs = [threading.Thread(target=run_load, args=(server.grpc_url, m.name),
+                                     kwargs={"concurrency": 16, "duration_s": 12.0})
+                    for m in MODELS]
+            for t in runs:
+                t.start()
+            for t in runs:
+                t.join()
+            ended = time.time()
+        finally:
+            service.shutdown()
+        quick = detector_settings({"window_s": 10.0, "sustain": 1, "clear_after": 1})
+        run_detectors(store, quick, now=ended)
+        recommender_job(window_s=10.0)(store, ended)
+        store.close()
+        yield Live(server=server, target=target, store_url=url)
+    finally:
+        server.close()
+
+
+def _app(live: Live) -> object:
+    ui = UiSettings(admin_password=ADMIN_PASSWORD, viewer_password=VIEWER_PASSWORD,
+                    apply_verify_s=1.0)
+    return create_app(live.store_url, refresh_s=REFRESH_S, ui=ui, targets=(live.target,))
+
+
+def _sign_in(dash_duo, password: str, path: str = "/") -> None:  # type: ignore[no-untyped-def]
+    driver = dash_duo.driver
+    driver.get(dash_duo.server.url + path)
+    WebDriverWait(driver, 20).until(
+        expected_conditions.presence_of_element_located((By.ID, "login-password")))
+    driver.find_element(By.ID, "login-password").send_keys(password)
+    driver.find_element(By.ID, "login-submit").click()
+    dash_duo.wait_for_element("#react-entry-point", timeout=20)
+
+
+def _live_config(live: Live, model: str) -> dict:
+    with urllib.request.urlopen(f"{live.server.http_url}/v2/models/{model}/config",
+                                timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_login_is_enforced(dash_duo, live: Live, screenshot) -> None:  # type: ignore[no-untyped-def]
+    dash_duo.start_server(_app(live), navigate=False)
+    driver = dash_duo.driver
+    driver.get(dash_duo.server.url + "/recommendations")
+    WebDriverWait(driver, 20).until(expected_conditions.url_contains("/login"))
+    assert "next=%2Frecommendations" in driver.current_url
+    assert driver.find_elements(By.ID, "react-entry-point") == []
+    # A callback without a session is refused, not answered.
+    request = urllib.request.Request(dash_duo.server.url + "/_dash-layout")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 401
+    driver.find_element(By.ID, "login-password").send_keys("wrong")
+    driver.find_element(By.ID, "login-submit").click()
+    WebDriverWait(driver, 20).until(
+        expected_conditions.presence_of_element_located((By.ID, "login-error")))
+    assert ADMIN_PASSWORD not in driver.page_source
+    screenshot("login-refused")
+
+    _sign_in(dash_duo, VIEWER_PASSWORD, "/recommendations")
+    assert driver.current_url.endswith("/recommendations")
+    dash_duo.wait_for_text_to_equal(f"#{ids.Shell.ROLE}", "viewer", timeout=20)
+    screenshot("signed-in-viewer")
+
+
+def test_overview_lists_both_models_from_the_real_collection(dash_duo, live: Live,  # type: ignore[no-untyped-def]
+                                                             screenshot) -> None:
+    dash_duo.start_server(_app(live), navigate=False)
+    _sign_in(dash_duo, VIEWER_PASSWORD)
+    dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", "unbatched", timeout=30)
+    rows = {r.find_element(By.CSS_SELECTOR, "a.model-link").text: r.text
+            for r in dash_duo.find_elements(f"#{ids.Overview.MODELS} tbody tr")}
+    assert set(rows) == {"batched", "unbatched"}
+    assert "batching off" in rows["unbatched"]
+    assert "preferred 8, 16" in rows["batched"]
+    screenshot("live-overview")
+
+    # The unbatched model's page draws its graphs from the collection.
+    dash_duo.find_element(f"#{ids.Overview.MODELS} a.model-link[href*='unbatched']").click()
+    dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", "unbatched", timeout=30)
+    for graph in (ids.Model.QPS, ids.Model.BATCH, ids.Model.LATENCY):
+        dash_duo.wait_for_element(f"#{graph} .scatterlayer .trace", timeout=30)
+    dash_duo.wait_for_element(f"#{ids.Model.DISTRIBUTION} .barlayer .trace", timeout=30)
+    dash_duo.wait_for_contains_text(f"#{ids.Model.FINDINGS}", "batching off", timeout=30)
+    screenshot("live-model-page")
+
+
+def test_what_if_slider_changes_the_predicted_curve(dash_duo, live: Live,  # type: ignore[no-untyped-def]
+                                                    screenshot) -> None:
+    dash_duo.start_server(_app(live), navigate=False)
+    _sign_in(dash_duo, VIEWER_PASSWORD, "/recommendations?target="
+             f"{live.target.name}&model=batched")
+    graph = f"#{ids.Recs.WHAT_IF_GRAPH}"
+    dash_duo.wait_for_element(f"{graph} .barlayer .trace", timeout=60)
+    dash_duo.wait_for_contains_text(f"#{ids.Recs.WHAT_IF_SUMMARY}", "QPS", timeout=60)
+
+    def bars() -> list[str]:
+        return [p.get_attribute("d") for p in
+                dash_duo.find_elements(f"{graph} .barlayer .point path")]
+
+    before = bars()
+    summary_before = dash_duo.find_element(f"#{ids.Recs.WHAT_IF_SUMMARY}").text
+    screenshot("what-if-before")
+    # Two instances instead of the current one: the whole curve is predicted again.
+    dash_duo.find_element(f"#{ids.Recs.INSTANCES} .rc-slider-mark-text:nth-child(2)").click() \
+        if dash_duo.find_elements(f"#{ids.Recs.INSTANCES} .rc-slider-mark-text") else None
+    handle = dash_duo.find_elements(f"#{ids.Recs.INSTANCES} [role='slider']")
+    if handle and handle[0].get_attribute("aria-valuenow") != "2":
+        dash_duo.click_at_coord_fractions(f"#{ids.Recs.INSTANCES}", 1 / 3, 0.5)
+    WebDriverWait(dash_duo.driver, 60).until(lambda _d: bars() != before)
+    WebDriverWait(dash_duo.driver, 60).until(
+        lambda _d: dash_duo.find_element(f"#{ids.Recs.WHAT_IF_SUMMARY}").text != summary_before)
+    assert "2 instance(s)" in dash_duo.find_element(f"{graph} .gtitle").text
+    screenshot("what-if-after")
+
+
+def test_admin_apply_changes_the_live_config_and_a_viewer_cannot(dash_duo, live: Live,  # type: ignore[no-untyped-def]
+                                                                 screenshot) -> None:
+    assert "dynamic_batching" not in _live_config(live, "unbatched")
+    dash_duo.start_server(_app(live), navigate=False)
+    page = f"/recommendations?target={live.target.name}&model=unbatched"
+
+    # A viewer sees the recommendation but no Apply button.
+    _sign_in(dash_duo, VIEWER_PASSWORD, page)
+    dash_duo.wait_for_contains_text(f"#{ids.Recs.APPLY_PANEL}", "Only an admin", timeout=30)
+    assert dash_duo.driver.find_elements(By.ID, ids.Recs.APPLY) == []
+    dash_duo.wait_for_contains_text(f"#{ids.Recs.DETAIL}", "dynamic_batching", timeout=30)
+    screenshot("viewer-no-apply")
+    dash_duo.driver.get(dash_duo.server.url + "/logout")
+
+    # An admin applies it, confirms, and sees the verification result.
+    _sign_in(dash_duo, ADMIN_PASSWORD, page)
+    dash_duo.wait_for_element(f"#{ids.Recs.APPLY}", timeout=30)
+    screenshot("admin-apply")
+    dash_duo.find_element(f"#{ids.Recs.APPLY}").click()
+    WebDriverWait(dash_duo.driver, 20).until(expected_conditions.alert_is_present())
+    dash_duo.driver.switch_to.alert.accept()
+    dash_duo.wait_for_contains_text(f"#{ids.Recs.JOB_STATUS}", "Applied and kept", timeout=60)
+    assert "kept" in dash_duo.find_element(f"#{ids.Recs.JOB_STATUS}").text
+    screenshot("admin-applied")
+    config = _live_config(live, "unbatched")
+    assert "dynamic_batching" in config
