@@ -1,0 +1,195 @@
+"""How long the dashboard's callbacks take over a week of data for 20 models.
+
+Fills a SQLite store (or ``--db URL``) the way a week of collection leaves it: 20
+models scraped every 5 s for 7 days through ``Store.write_triton``, with the
+housekeeping's rollups every simulated hour, plus findings and a recommendation per
+model. Then it times what each page's callbacks do — the query module's read and the
+figure/component builds, serialised as Dash would send them — ``--repeat`` times each,
+and prints the p50, p95 and max per callback against the 1 s target.
+
+Filling takes minutes (about 121 000 scrapes of 20 models); ``--keep FILE`` keeps the
+store so ``--reuse FILE`` can time again without filling.
+
+Usage: ``python bench/dashboard.py [--days 7] [--step 5] [--models 20] [--repeat 20]
+[--keep FILE | --reuse FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+import plotly.io  # noqa: E402
+
+from collector.store import Store  # noqa: E402
+from dashboard import components, figures  # noqa: E402
+from dashboard.queries import DashboardQueries, to_json  # noqa: E402
+from tests.browser.seed import (  # noqa: E402
+    Load,
+    model_config,
+    scrape_ok,
+    steady_load,
+    store_recommendation,
+)
+
+TARGET = "triton-a"
+TARGET_S = 1.0  # each callback's p95 must stay below this
+
+
+def _loads(models: int) -> list[Load]:
+    out = []
+    for i in range(models):
+        batching = i % 2 == 0
+        config = model_config(f"model_{i:02d}", batching=batching,
+                              preferred=(8, 16) if batching else (), delay_us=2000)
+        out.append(Load(config=config, qps=50.0 + 10 * i, request_ms=20.0 + i,
+                        queue_share=0.3 if batching else 0.8,
+                        batch_mix={4: 0.3, 8: 0.4, 16: 0.3} if batching else {1: 1.0},
+                        cost_ms=lambda b: 4.0 + 0.5 * b, pending=3.0))
+    return out
+
+
+def fill(url: str, *, days: float, step: float, models: int, end: float) -> None:
+    store = Store(url)
+    try:
+        loads = _loads(models)
+        start = end - days * 86400.0
+        hour = 3600.0
+        t0 = time.monotonic()
+        chunk = start
+        while chunk < end:
+            # One simulated hour at a time; each starts its counters at 0 again (as
+            # after a restart), which the rates treat as a new segment.
+            seconds = min(hour, end - chunk)
+            steady_load(store, loads, target=TARGET, start=chunk, seconds=seconds, step=step)
+            store.rollup(chunk + seconds, bucket_s=300.0)
+            chunk += seconds + step
+            done = (chunk - start) / (end - start)
+            print(f"\r  filled {done:5.1%} in {time.monotonic() - t0:6.0f} s", end="",
+                  file=sys.stderr, flush=True)
+        print(file=sys.stderr)
+        scrape_ok(store, TARGET, end)
+        for i, load in enumerate(loads):
+            store.add_finding(kind="batching_off" if i % 2 else "batch_below_preferred",
+                              severity="warning", target=TARGET, subject=load.config.model,
+                              summary="synthetic", window_start=end - 600, window_end=end,
+                              evidence={"avg_batch_size": 1.0}, created_at=end - 60)
+            store_recommendation(store, target=TARGET, config=load.config, qps=load.qps,
+                                 p95_ms=load.request_ms * 2, created_at=end - 30)
+    finally:
+        store.close()
+
+
+def _serialised(value: Any) -> int:
+    """Bytes of the JSON Dash would send (figures through plotly's encoder)."""
+    return len(plotly.io.json.to_json_plotly(value))
+
+
+def callbacks(queries: DashboardQueries, model: str) -> dict[str, Callable[[], int]]:
+    """What each page's callbacks do per refresh, end to end but for the network."""
+    def overview() -> int:
+        data = queries.overview(window_s=60.0)
+        rows = components.sort_rows(components.filter_rows(data.models, None), "name")
+        return _serialised(to_json(data)) + _serialised(components.models_table(rows))
+
+    def model_page(range_name: str) -> Callable[[], int]:
+        def run() -> int:
+            d = queries.model_detail(TARGET, model, range_name=range_name)
+            figs = [figures.qps_figure(d.series, "dark"),
+                    figures.batch_size_figure(d.series, "dark", preferred=[8, 16],
+                                              max_batch_size=32),
+                    figures.latency_figure(d.series, "dark"),
+                    figures.pending_figure(d.series, "dark"),
+                    figures.failures_figure(d.series, "dark"),
+                    figures.distribution_figure(d.distribution, "dark", preferred=[8, 16]),
+                    figures.service_time_figure(d.service_time, "dark")]
+            return _serialised(to_json(d)) + sum(_serialised(f) for f in figs)
+        return run
+
+    def recommendations() -> int:
+        recs, _ = queries.recommendations()
+        return _serialised([to_json(r) for r in recs])
+
+    def findings() -> int:
+        return _serialised(to_json(queries.events(state="all")))
+
+    def devices(range_name: str) -> Callable[[], int]:
+        def run() -> int:
+            v = queries.devices(range_name=range_name)
+            return _serialised(to_json(v)) + _serialised(
+                figures.heatmap_figure(v.processes, v.t, "dark", title="processes"))
+        return run
+
+    return {"overview": overview, "model 1h": model_page("1h"),
+            "model 24h": model_page("24h"), "model 7d": model_page("7d"),
+            "recommendations": recommendations, "findings": findings,
+            "devices 6h": devices("6h")}
+
+
+def time_callbacks(url: str, *, repeat: int, model: str) -> dict[str, list[float]]:
+    queries = DashboardQueries(url)
+    try:
+        out: dict[str, list[float]] = {}
+        for name, run in callbacks(queries, model).items():
+            run()  # first call: connections, imports
+            samples = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                run()
+                samples.append(time.perf_counter() - t0)
+            out[name] = samples
+        return out
+    finally:
+        queries.close()
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, list[float]]:
+    parser = argparse.ArgumentParser(prog="bench/dashboard.py", description=__doc__)
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--step", type=float, default=5.0, help="seconds between scrapes")
+    parser.add_argument("--models", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--keep", metavar="FILE", help="fill into FILE and keep it")
+    parser.add_argument("--reuse", metavar="FILE", help="time an existing FILE, no fill")
+    parser.add_argument("--json", metavar="FILE", help="write the timings as JSON")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="batchscope-dash-bench-") as tmp:
+        path = Path(args.reuse or args.keep or Path(tmp) / "week.db")
+        url = f"sqlite:///{path}"
+        if not args.reuse:
+            path.unlink(missing_ok=True)
+            print(f"filling {args.days:g} days x {args.models} models every {args.step:g} s "
+                  f"into {path.name} ...", file=sys.stderr)
+            t0 = time.monotonic()
+            fill(url, days=args.days, step=args.step, models=args.models, end=time.time())
+            print(f"  filled in {time.monotonic() - t0:.0f} s, "
+                  f"{path.stat().st_size / 1e6:.0f} MB", file=sys.stderr)
+        timings = time_callbacks(url, repeat=args.repeat, model="model_00")
+    print(f"{'callback':<16} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}  target p95 < "
+          f"{TARGET_S * 1000:.0f} ms")
+    worst = 0.0
+    for name, samples in timings.items():
+        ordered = sorted(samples)
+        p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+        worst = max(worst, p95)
+        print(f"{name:<16} {statistics.median(samples) * 1000:8.1f} {p95 * 1000:8.1f} "
+              f"{max(samples) * 1000:8.1f}  {'ok' if p95 < TARGET_S else 'SLOW'}")
+    print(f"worst p95 {worst * 1000:.0f} ms: target {'met' if worst < TARGET_S else 'NOT met'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(timings, indent=2))
+    return timings
+
+
+if __name__ == "__main__":
+    main()
