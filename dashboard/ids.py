@@ -67,6 +67,7 @@ class Recs:
     WHAT_IF_GRAPH: Final = "recs-what-if-graph"
     WHAT_IF_SUMMARY: Final = "recs-what-if-summary"
     APPLY_PANEL: Final = "recs-apply-panel"
+    APPLY_BOX: Final = "recs-apply-box"  # holds the button; hidden unless it may be used
     APPLY_CONFIRM: Final = "recs-apply-confirm"
     APPLY: Final = "recs-apply"
     JOB: Final = "recs-job"  # dcc.Store: the running apply job's id

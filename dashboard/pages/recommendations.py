@@ -75,7 +75,15 @@ def layout(**query: Any) -> Any:
                                 type="dot"),
                     html.Div(id=Recs.WHAT_IF_SUMMARY),
                 ], id=Recs.WHAT_IF, className="panel"),
-                html.Div(id=Recs.APPLY_PANEL, className="panel"),
+                html.Div([
+                    html.Div(id=Recs.APPLY_PANEL),
+                    # Always in the layout (its callbacks need it), shown to admins only;
+                    # the Apply callback checks the role again on the server.
+                    html.Div(dcc.ConfirmDialogProvider(
+                        html.Button("Apply this change", id=Recs.APPLY, className="button"),
+                        id=Recs.APPLY_CONFIRM, message=""),
+                        id=Recs.APPLY_BOX, className="hidden"),
+                ], className="panel"),
                 html.Div(id=Recs.JOB_STATUS, className="panel job"),
             ], className="rec-main"),
         ], className="rec-layout"),
@@ -148,35 +156,34 @@ def register_callbacks(app: Dash, queries: DashboardQueries,
         return (figures.what_if_figure(view, theme, chosen_delay_us=delay),
                 components.what_if_summary(view, delay))
 
-    @app.callback(Output(Recs.APPLY_PANEL, "children"), Input(Recs.DATA, "data"),
-                  State(Recs.QUERY, "data"))
-    def apply_panel(data: Any, query: Any) -> Any:
+    @app.callback(Output(Recs.APPLY_PANEL, "children"), Output(Recs.APPLY_BOX, "className"),
+                  Output(Recs.APPLY_CONFIRM, "message"),
+                  Input(Recs.DATA, "data"), State(Recs.QUERY, "data"))
+    def apply_panel(data: Any, query: Any) -> tuple[Any, ...]:
         chosen = _selected(_recs(data), query)
+
+        def say(text: str) -> tuple[Any, ...]:
+            return [html.P(text, className="muted")], "hidden", ""
+
         if chosen is None:
-            return []
+            return [], "hidden", ""
         if not chosen.changes:
-            return [html.P("Nothing to apply: the current config is already the best found.",
-                           className="muted")]
+            return say("Nothing to apply: the current config is already the best found.")
         if not auth.is_admin():
-            return [html.P("Only an admin can apply a change.", className="muted")]
+            return say("Only an admin can apply a change.")
         if actions is None or not actions.knows(chosen.target):
-            return [html.P("This dashboard does not know where this server is; run "
-                           "`batchscope serve` with its URL to apply from here.",
-                           className="muted")]
+            return say("This dashboard does not know where this server is; run "
+                       "`batchscope serve` with its URL to apply from here.")
         if not actions.live_changes_allowed(chosen.target):
-            return [html.P("This server does not allow live config changes (start it with "
-                           "--model-control-mode=explicit); copy the fragment instead.",
-                           className="muted")]
-        return [html.H3("Apply"),
-                html.P("Loads the proposed config through Triton's model-repository API, "
-                       "measures before and after, and rolls back when throughput falls "
-                       "or p95 breaks the objective.", className="muted"),
-                dcc.ConfirmDialogProvider(
-                    html.Button("Apply this change", id=Recs.APPLY, className="button"),
-                    id=Recs.APPLY_CONFIRM,
-                    message=f"Apply the recommended config to {chosen.model} on "
-                            f"{chosen.target} now? It is verified and rolled back on a "
-                            f"regression.")]
+            return say("This server does not allow live config changes (start it with "
+                       "--model-control-mode=explicit); copy the fragment instead.")
+        return ([html.H3("Apply"),
+                 html.P("Loads the proposed config through Triton's model-repository API, "
+                        "measures before and after, and rolls back when throughput falls "
+                        "or p95 breaks the objective.", className="muted")],
+                "apply-box",
+                f"Apply the recommended config to {chosen.model} on {chosen.target} now? "
+                f"It is verified and rolled back on a regression.")
 
     @app.callback(Output(Recs.JOB, "data"), Output(Recs.JOB_POLL, "disabled"),
                   Output(Recs.JOB_STATUS, "children", allow_duplicate=True),

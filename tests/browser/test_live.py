@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -98,6 +99,10 @@ def _sign_in(dash_duo, password: str, path: str = "/") -> None:  # type: ignore[
     dash_duo.wait_for_element("#react-entry-point", timeout=20)
 
 
+def _severe_logs(dash_duo) -> list[dict]:  # type: ignore[no-untyped-def]
+    return [entry for entry in (dash_duo.get_logs() or []) if entry.get("level") == "SEVERE"]
+
+
 def _live_config(live: Live, model: str) -> dict:
     with urllib.request.urlopen(f"{live.server.http_url}/v2/models/{model}/config",
                                 timeout=10) as response:
@@ -149,6 +154,7 @@ def test_overview_lists_both_models_from_the_real_collection(dash_duo, live: Liv
     dash_duo.wait_for_element(f"#{ids.Model.DISTRIBUTION} .barlayer .trace", timeout=30)
     dash_duo.wait_for_contains_text(f"#{ids.Model.FINDINGS}", "batching off", timeout=30)
     screenshot("live-model-page")
+    assert _severe_logs(dash_duo) == []
 
 
 def test_what_if_slider_changes_the_predicted_curve(dash_duo, live: Live,  # type: ignore[no-untyped-def]
@@ -167,17 +173,17 @@ def test_what_if_slider_changes_the_predicted_curve(dash_duo, live: Live,  # typ
     before = bars()
     summary_before = dash_duo.find_element(f"#{ids.Recs.WHAT_IF_SUMMARY}").text
     screenshot("what-if-before")
-    # Two instances instead of the current one: the whole curve is predicted again.
-    dash_duo.find_element(f"#{ids.Recs.INSTANCES} .rc-slider-mark-text:nth-child(2)").click() \
-        if dash_duo.find_elements(f"#{ids.Recs.INSTANCES} .rc-slider-mark-text") else None
-    handle = dash_duo.find_elements(f"#{ids.Recs.INSTANCES} [role='slider']")
-    if handle and handle[0].get_attribute("aria-valuenow") != "2":
-        dash_duo.click_at_coord_fractions(f"#{ids.Recs.INSTANCES}", 1 / 3, 0.5)
+    # One instance instead of the proposed two: the whole curve is predicted again.
+    assert "2 instance(s)" in dash_duo.find_element(f"{graph} .gtitle").text
+    box = dash_duo.find_element(f"#{ids.Recs.INSTANCES} input")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys("1", Keys.TAB)
     WebDriverWait(dash_duo.driver, 60).until(lambda _d: bars() != before)
     WebDriverWait(dash_duo.driver, 60).until(
         lambda _d: dash_duo.find_element(f"#{ids.Recs.WHAT_IF_SUMMARY}").text != summary_before)
-    assert "2 instance(s)" in dash_duo.find_element(f"{graph} .gtitle").text
+    assert "1 instance(s)" in dash_duo.find_element(f"{graph} .gtitle").text
     screenshot("what-if-after")
+    assert _severe_logs(dash_duo) == []
 
 
 def test_admin_apply_changes_the_live_config_and_a_viewer_cannot(dash_duo, live: Live,  # type: ignore[no-untyped-def]
@@ -189,14 +195,15 @@ def test_admin_apply_changes_the_live_config_and_a_viewer_cannot(dash_duo, live:
     # A viewer sees the recommendation but no Apply button.
     _sign_in(dash_duo, VIEWER_PASSWORD, page)
     dash_duo.wait_for_contains_text(f"#{ids.Recs.APPLY_PANEL}", "Only an admin", timeout=30)
-    assert dash_duo.driver.find_elements(By.ID, ids.Recs.APPLY) == []
+    assert not dash_duo.find_element(f"#{ids.Recs.APPLY}").is_displayed()
     dash_duo.wait_for_contains_text(f"#{ids.Recs.DETAIL}", "dynamic_batching", timeout=30)
     screenshot("viewer-no-apply")
     dash_duo.driver.get(dash_duo.server.url + "/logout")
 
     # An admin applies it, confirms, and sees the verification result.
     _sign_in(dash_duo, ADMIN_PASSWORD, page)
-    dash_duo.wait_for_element(f"#{ids.Recs.APPLY}", timeout=30)
+    WebDriverWait(dash_duo.driver, 30).until(
+        lambda _d: dash_duo.find_element(f"#{ids.Recs.APPLY}").is_displayed())
     screenshot("admin-apply")
     dash_duo.find_element(f"#{ids.Recs.APPLY}").click()
     WebDriverWait(dash_duo.driver, 20).until(expected_conditions.alert_is_present())
