@@ -25,6 +25,20 @@ def _add_common_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML settings file")
 
 
+def _stop_on_signals() -> threading.Event:
+    """An event that SIGTERM and SIGINT set (when called on the main thread)."""
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    return stop
+
+
 def _cmd_collect(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
@@ -46,15 +60,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     detectors = detector_job(detector_settings(settings.analysis))  # validated before start
     store = Store(settings.db_url)
     service = CollectorService(settings, store, build_sources(settings), analyses=[detectors])
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: Any) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
+    stop = _stop_on_signals()
     log.info("collecting from %s every %.3g s into %s",
              ", ".join(t.url for t in settings.targets), settings.interval_s,
              make_url(settings.db_url).render_as_string(hide_password=True))
@@ -255,15 +261,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError("targets", "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
                                      "or list targets in the config file")
     service = Service(settings, host=args.host, port=args.port, refresh_s=args.refresh)
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: Any) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
+    stop = _stop_on_signals()
     service.start()
     print(f"batchscope: collecting from {', '.join(t.url for t in settings.targets)}; "
           f"UI on {service.url}", flush=True)

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field, replace
 import requests
 
 from collector.analysis.recommend import recommendation_from_dict
-from collector.apply import ApplyRefused, apply_recommendation
+from collector.apply import ApplyRefused, ApplyResult, apply_recommendation
 from collector.config import TargetSettings
 from collector.errors import BatchscopeError
+from collector.records import Recommendation
 from collector.store import Store
 
 __all__ = ["ActionRefused", "ApplyJob", "ConfigActions"]
@@ -66,7 +67,7 @@ class ConfigActions:
 
     def __init__(self, targets: Sequence[TargetSettings], store_url: str, *,
                  verify_s: float = 30.0,
-                 apply: Callable[..., object] = apply_recommendation) -> None:
+                 apply: Callable[..., ApplyResult] = apply_recommendation) -> None:
         self._targets = {t.name: t for t in targets}
         self._store_url = store_url
         self._verify_s = verify_s
@@ -142,7 +143,7 @@ class ConfigActions:
             job = self._jobs[job_id]
             self._jobs[job_id] = replace(job, messages=[*job.messages, message])
 
-    def _run(self, job_id: str, settings: TargetSettings, rec: object) -> None:
+    def _run(self, job_id: str, settings: TargetSettings, rec: Recommendation) -> None:
         store = Store(self._store_url)
         try:
             result = self._apply(settings, rec, verify_s=self._verify_s, store=store,
@@ -174,11 +175,14 @@ class ConfigActions:
 
 
 def _explicit_mode(url: str) -> bool:
-    try:
-        response = requests.post(f"{url}/v2/repository/models/"
-                                 f"batchscope-probe-{uuid.uuid4().hex[:8]}/unload", timeout=5.0)
-    except requests.RequestException:
-        return False
+    with requests.Session() as session:
+        session.trust_env = False  # as collector.apply: talk to the server, not a proxy
+        try:
+            response = session.post(f"{url}/v2/repository/models/"
+                                    f"batchscope-probe-{uuid.uuid4().hex[:8]}/unload",
+                                    timeout=5.0)
+        except requests.RequestException:
+            return False
     if response.ok:
         return True
     text = response.text.lower()

@@ -361,13 +361,8 @@ def findings_list(findings: Sequence[FindingView], now: float) -> list[Any]:
     return [html.H3("Findings"), html.Ul(items, className="findings")]
 
 
-def recommendation_card(rec: RecommendationView | None) -> list[Any]:
-    if rec is None:
-        return [html.H3("Recommendation"),
-                html.P("no recommendation yet — run `batchscope recommend`", className="muted")]
-    change_rows = [html.Tr([html.Td(f), html.Td(b), html.Td("→"), html.Td(a)])
-                   for f, b, a in rec.changes]
-    numbers = html.Table([
+def _current_vs_predicted(rec: RecommendationView) -> Any:
+    return html.Table([
         html.Thead(html.Tr([html.Th(""), html.Th("QPS"), html.Th("p95")])),
         html.Tbody([
             html.Tr([html.Td("current"), html.Td(fmt_num(rec.current_qps, 0)),
@@ -376,6 +371,15 @@ def recommendation_card(rec: RecommendationView | None) -> list[Any]:
                      html.Td(fmt_num(rec.predicted_p95_ms, 1, " ms"))]),
         ]),
     ], className="numbers")
+
+
+def recommendation_card(rec: RecommendationView | None) -> list[Any]:
+    if rec is None:
+        return [html.H3("Recommendation"),
+                html.P("no recommendation yet — run `batchscope recommend`", className="muted")]
+    change_rows = [html.Tr([html.Td(f), html.Td(b), html.Td("→"), html.Td(a)])
+                   for f, b, a in rec.changes]
+    numbers = _current_vs_predicted(rec)
     return [
         html.H3("Recommendation"),
         html.Div([html.Span(rec.kind.replace("_", " "), className="badge badge-info"),
@@ -442,15 +446,7 @@ def recommendation_list(recs: Sequence[RecommendationView],
 def recommendation_detail(rec: RecommendationView | None) -> list[Any]:
     if rec is None:
         return []
-    numbers = html.Table([
-        html.Thead(html.Tr([html.Th(""), html.Th("QPS"), html.Th("p95")])),
-        html.Tbody([
-            html.Tr([html.Td("current"), html.Td(fmt_num(rec.current_qps, 0)),
-                     html.Td(fmt_num(rec.current_p95_ms, 1, " ms"))]),
-            html.Tr([html.Td("predicted"), html.Td(fmt_num(rec.predicted_qps, 0)),
-                     html.Td(fmt_num(rec.predicted_p95_ms, 1, " ms"))]),
-        ]),
-    ], className="numbers")
+    numbers = _current_vs_predicted(rec)
     outcome = []
     if rec.verification:
         v = rec.verification

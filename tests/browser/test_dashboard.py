@@ -120,3 +120,32 @@ def test_an_empty_store_says_how_to_add_a_target(dash_duo, tmp_path, screenshot)
     assert "batchscope collect --triton URL" in dash_duo.find_element(
         f"#{ids.Overview.EMPTY}").text
     screenshot("empty-store")
+
+
+def test_findings_page_filters_and_links_to_the_model(dash_duo, seeded_store,
+                                                      screenshot) -> None:
+    dash_duo.start_server(create_app(seeded_store(), refresh_s=REFRESH_S))
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/findings", timeout=20)
+    dash_duo.wait_for_contains_text(f"#{ids.Findings.LIST}", "run one at a time", timeout=20)
+    item = dash_duo.find_element(f"#{ids.Findings.LIST} .event")
+    assert "batching off" in item.text and "warning" in item.text
+    screenshot("findings")
+    # Past findings: there are none, and it says so.
+    dash_duo.find_element(f"#{ids.Findings.STATE} input[value='past']").click()
+    dash_duo.wait_for_contains_text(f"#{ids.Findings.LIST}", "nothing matches", timeout=20)
+    dash_duo.find_element(f"#{ids.Findings.STATE} input[value='active']").click()
+    dash_duo.wait_for_contains_text(f"#{ids.Findings.LIST}", "run one at a time", timeout=20)
+    dash_duo.find_element(f"#{ids.Findings.LIST} a.model-link").click()
+    dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", "unbatched", timeout=20)
+    assert _severe_logs(dash_duo) == []
+
+
+def test_devices_page_draws_or_says_why_not(dash_duo, seeded_store, screenshot) -> None:
+    dash_duo.start_server(create_app(seeded_store(), refresh_s=REFRESH_S))
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/devices?range=5m", timeout=20)
+    # The seeded store has no GPU or process readings: each graph says so.
+    dash_duo.wait_for_contains_text(f"#{ids.Devices.HEATMAP}", "no gpu / mig utilisation "
+                                    "readings", timeout=20)
+    assert dash_duo.find_element(".range-current").text == "5m"
+    screenshot("devices-empty")
+    assert _severe_logs(dash_duo) == []
