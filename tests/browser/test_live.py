@@ -144,6 +144,13 @@ def test_overview_lists_both_models_from_the_real_collection(dash_duo, live: Liv
     assert set(rows) == {"batched", "unbatched"}
     assert "batching off" in rows["unbatched"]
     assert "preferred 8, 16" in rows["batched"]
+    # The average batch size each model ran at: 1 without batching, several with it.
+    sizes = {r.find_element(By.CSS_SELECTOR, "a.model-link").text:
+             float(r.find_element(By.CSS_SELECTOR, "td .num").text)
+             for r in dash_duo.find_elements(f"#{ids.Overview.MODELS} tbody tr")
+             if r.find_elements(By.CSS_SELECTOR, "td .num")}
+    assert sizes["unbatched"] == 1.0
+    assert sizes["batched"] > 2.0
     screenshot("live-overview")
 
     # The unbatched model's page draws its graphs from the collection.
