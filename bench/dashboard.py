@@ -3,9 +3,11 @@
 Fills a SQLite store (or ``--db URL``) the way a week of collection leaves it: 20
 models scraped every 5 s for 7 days through ``Store.write_triton``, with the
 housekeeping's rollups every simulated hour, plus findings and a recommendation per
-model. Then it times what each page's callbacks do — the query module's read and the
-figure/component builds, serialised as Dash would send them — ``--repeat`` times each,
-and prints the p50, p95 and max per callback against the 1 s target.
+model; two GPUs (one split into two MIG instances) every 5 s for the week, and one
+model-instance process per model for the last 6 h. Then it times what each page's
+callbacks do — the query module's read and the figure/component builds, serialised as
+Dash would send them — ``--repeat`` times each, and prints the p50, p95 and max per
+callback against the 1 s target.
 
 Filling takes minutes (about 121 000 scrapes of 20 models); ``--keep FILE`` keeps the
 store so ``--reuse FILE`` can time again without filling.
@@ -32,6 +34,7 @@ if str(_ROOT) not in sys.path:
 
 import plotly.io  # noqa: E402
 
+from collector.records import DeviceSample, ProcessSample  # noqa: E402
 from collector.store import Store  # noqa: E402
 from dashboard import components, figures  # noqa: E402
 from dashboard.queries import DashboardQueries, to_json  # noqa: E402
@@ -44,6 +47,8 @@ from tests.browser.seed import (  # noqa: E402
 )
 
 TARGET = "triton-a"
+HOST = "gpu-host"
+GIB = 2**30
 TARGET_S = 1.0  # each callback's p95 must stay below this
 
 
@@ -60,6 +65,33 @@ def _loads(models: int) -> list[Load]:
     return out
 
 
+def _gpu_tick(i: int) -> list[DeviceSample]:
+    """Two GPUs, the second split into two MIG instances, with a daily rhythm."""
+    wave = (i % 17280) / 17280.0  # one day of 5 s ticks
+    busy = 20.0 + 60.0 * abs(0.5 - wave)
+    return [
+        DeviceSample(source="nvml", uuid="GPU-00000000-0000-0000-0000-000000000000",
+                     index=0, name="NVIDIA H200", utilization_gpu_pct=busy,
+                     memory_used_bytes=40 * GIB, memory_total_bytes=140 * GIB, power_w=300.0),
+        DeviceSample(source="nvml", uuid="GPU-00000000-0000-0000-0000-000000000001",
+                     index=1, name="NVIDIA H200", memory_used_bytes=30 * GIB,
+                     memory_total_bytes=140 * GIB, power_w=250.0),
+        *(DeviceSample(source="nvml", uuid=f"MIG-00000000-0000-0000-0000-00000000000{j}",
+                       kind="mig", name="NVIDIA H200 MIG 3g.70gb",
+                       parent_uuid="GPU-00000000-0000-0000-0000-000000000001",
+                       gpu_instance_id=j, compute_instance_id=0, sm_active_pct=busy / j,
+                       memory_used_bytes=15 * GIB, memory_total_bytes=70 * GIB)
+          for j in (1, 2)),
+    ]
+
+
+def _process_tick(models: int) -> list[ProcessSample]:
+    """One Python-backend stub per model (the CPU testbed's model instances)."""
+    return [ProcessSample(source="host", pid=1000 + i, role="stub", model=f"model_{i:02d}",
+                          instance_name=f"model_{i:02d}_0_0", cpu_pct=10.0 + i)
+            for i in range(models)]
+
+
 def fill(url: str, *, days: float, step: float, models: int, end: float) -> None:
     store = Store(url)
     try:
@@ -73,6 +105,11 @@ def fill(url: str, *, days: float, step: float, models: int, end: float) -> None
             # after a restart), which the rates treat as a new segment.
             seconds = min(hour, end - chunk)
             steady_load(store, loads, target=TARGET, start=chunk, seconds=seconds, step=step)
+            for i in range(int(seconds / step) + 1):
+                at = chunk + i * step
+                store.write_devices(HOST, at, _gpu_tick(int((at - start) / step)))
+                if end - at <= 6 * hour:  # the devices page reads processes that far back
+                    store.write_processes(HOST, at, _process_tick(models))
             store.rollup(chunk + seconds, bucket_s=300.0)
             chunk += seconds + step
             done = (chunk - start) / (end - start)
@@ -127,14 +164,18 @@ def callbacks(queries: DashboardQueries, model: str) -> dict[str, Callable[[], i
     def devices(range_name: str) -> Callable[[], int]:
         def run() -> int:
             v = queries.devices(range_name=range_name)
-            return _serialised(to_json(v)) + _serialised(
-                figures.heatmap_figure(v.processes, v.t, "dark", title="processes"))
+            figs = [figures.heatmap_figure(v.devices, v.t, "dark", title="devices"),
+                    figures.heatmap_figure(v.processes, v.t, "dark", title="processes"),
+                    figures.rows_figure(v.memory_used_gb, v.t, "dark", title="memory",
+                                        y_title="GB"),
+                    figures.rows_figure(v.power_w, v.t, "dark", title="power", y_title="W")]
+            return _serialised(to_json(v)) + sum(_serialised(f) for f in figs)
         return run
 
     return {"overview": overview, "model 1h": model_page("1h"),
             "model 24h": model_page("24h"), "model 7d": model_page("7d"),
             "recommendations": recommendations, "findings": findings,
-            "devices 6h": devices("6h")}
+            "devices 6h": devices("6h"), "devices 7d": devices("7d")}
 
 
 def time_callbacks(url: str, *, repeat: int, model: str) -> dict[str, list[float]]:

@@ -54,7 +54,8 @@ def _cmd_collect(args: argparse.Namespace) -> int:
                    "interval_s": args.interval, "duration_s": args.duration,
                    "sources": args.sources.split(",") if args.sources else None},
         known_sources=set(SOURCES))
-    if not settings.targets:
+    # A GPU-only host (``--sources nvml,host``) needs no Triton target.
+    if not settings.targets and any(SOURCES[n].per_target for n in settings.sources):
         raise ConfigError("targets", "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
                                      "or list targets in the config file")
     detectors = detector_job(detector_settings(settings.analysis))  # validated before start
@@ -62,7 +63,9 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     service = CollectorService(settings, store, build_sources(settings), analyses=[detectors])
     stop = _stop_on_signals()
     log.info("collecting from %s every %.3g s into %s",
-             ", ".join(t.url for t in settings.targets), settings.interval_s,
+             ", ".join([t.url for t in settings.targets] + [
+                 n for n in settings.sources if not SOURCES[n].per_target]),
+             settings.interval_s,
              make_url(settings.db_url).render_as_string(hide_password=True))
     try:
         service.run(settings.duration_s, stop)

@@ -141,9 +141,13 @@ def empty_state(data: OverviewData) -> list[Any]:
                    "models appear here after its second scrape. Try the bundled CPU "
                    "testbed: `batchscope testbed up`, then collect from the URL it prints."),
         ], className="empty-state")]
+    if not data.models and not any(t.kind == "triton" for t in data.targets):
+        return [html.Div(
+            "no Triton target is collected here, only GPUs and hosts — add one with "
+            "`--triton URL` to see its models", className="empty-state")]
     if not data.models:
         return [html.Div(
-            f"no model samples in the last {data.window_s:.0f} s — the newest sample is from "
+            f"no model samples in the last {data.window_s:.0f} s — the newest reading is from "
             f"{fmt_ago(data.last_sample_at, data.generated_at)}; is the collector running?",
             className="empty-state")]
     return []
@@ -178,14 +182,21 @@ def target_tile(t: TargetTile) -> Any:
     ], className=f"tile tile-target tile-{state}")
 
 
-def device_tile(d: DeviceTile, findings: Sequence[FindingView] = ()) -> Any:
+def device_tile(d: DeviceTile, findings: Sequence[FindingView] = (),
+                mig_children: int = 0) -> Any:
     label = d.name or d.uuid
+    if d.kind == "mig" and " MIG " in label:
+        label = "MIG " + label.split(" MIG ", 1)[1]  # the profile says what it is
+    value = fmt_num(d.utilisation_pct, 0, " %")
+    if mig_children and d.utilisation_pct is None:
+        # NVML has no utilisation for a GPU in MIG mode; its instances carry it.
+        value = f"{mig_children} MIG"
     memory = ""
     if d.memory_used_bytes is not None and d.memory_total_bytes:
         memory = (f"{d.memory_used_bytes / 2**30:.1f} / {d.memory_total_bytes / 2**30:.1f} GiB")
     return html.Div([
         html.Div(label, className="tile-title"),
-        html.Div(fmt_num(d.utilisation_pct, 0, " %"), className="tile-value"),
+        html.Div(value, className="tile-value"),
         html.Div(f"{d.kind.upper()} · {d.target}" + (" · unhealthy" if not d.healthy else ""),
                  className="tile-detail"),
         html.Div(memory, className="tile-detail"),
@@ -201,7 +212,12 @@ def tiles(data: OverviewData) -> list[Any]:
     for f in data.device_findings:
         by_uuid.setdefault(f.subject, []).append(f)
     out = [target_tile(t) for t in data.targets]
-    out += [device_tile(d, by_uuid.get(d.uuid, [])) for d in data.devices]
+    children: dict[str, int] = {}
+    for d in data.devices:
+        if d.kind == "mig" and d.parent_uuid:
+            children[d.parent_uuid] = children.get(d.parent_uuid, 0) + 1
+    out += [device_tile(d, by_uuid.get(d.uuid, []), children.get(d.uuid, 0))
+            for d in data.devices]
     return out
 
 

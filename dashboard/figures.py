@@ -251,7 +251,7 @@ def heatmap_figure(rows: Sequence[HeatRow], t: Sequence[float], theme: str, *, t
                    unit: str = "%", zmax: float | None = 100.0) -> go.Figure:
     """Utilisation over time, one row per device or process (labels as plain text)."""
     if not rows:
-        return empty_figure(f"no {title.lower()} readings in this range", theme, title=title)
+        return empty_figure("no readings in this range", theme, title=title)
     fig = go.Figure(go.Heatmap(
         x=_times(t), y=[plain(r.label) for r in rows], z=[r.values for r in rows],
         zmin=0, zmax=zmax, colorscale="Viridis", colorbar={"title": {"text": unit}},
@@ -259,6 +259,7 @@ def heatmap_figure(rows: Sequence[HeatRow], t: Sequence[float], theme: str, *, t
     fig.update_layout(template=plotly_template(theme), title={"text": title},
                       height=max(_HEIGHT, 80 + 28 * len(rows)))
     fig.update_xaxes(type="date")
+    fig.update_yaxes(automargin=True)  # row labels are long; never cut them off
     return fig
 
 
@@ -266,7 +267,7 @@ def rows_figure(rows: Sequence[HeatRow], t: Sequence[float], theme: str, *, titl
                 y_title: str) -> go.Figure:
     """One line per row over time (memory, power)."""
     if not rows:
-        return empty_figure(f"no {title.lower()} readings in this range", theme, title=title)
+        return empty_figure("no readings in this range", theme, title=title)
     fig = _base(title, theme, y_title=y_title)
     colours = palette(theme).series
     for i, r in enumerate(rows):

@@ -47,8 +47,8 @@ from collector.analysis.recommend import (
 )
 from collector.analysis.status import build_status
 from collector.errors import ConfigError
-from collector.records import BatcherConfig, BatchStat, Duration, ModelSample
-from collector.store import ModelRollup, Store, StoredFinding, StoredRecommendation
+from collector.records import BatcherConfig, BatchStat, DeviceSample, Duration, ModelSample
+from collector.store import DeviceRollup, ModelRollup, Store, StoredFinding, StoredRecommendation
 
 __all__ = [
     "DEFAULT_RANGE",
@@ -185,6 +185,7 @@ class DeviceTile:
     healthy: bool
     weight: float
     idle_gpus: float | None
+    parent_uuid: str | None = None  # a MIG instance's GPU
 
 
 @dataclass(frozen=True)
@@ -522,7 +523,7 @@ class DashboardQueries:
         range, bucketed for a heatmap, with memory and power."""
         name, seconds = parse_range(range_name)
         until = self._clock() if now is None else now
-        since = until - min(seconds, RAW_FALLBACK_S)
+        since = until - seconds
         return self._guard(
             "devices", lambda s: _devices(s, since=since, until=until, name=name,
                                           max_points=max_points),
@@ -670,7 +671,7 @@ def _device_tiles(devices: Sequence[Any]) -> list[DeviceTile]:
             target=d.target, uuid=d.uuid, kind=d.kind, name=d.name, source=d.source,
             utilisation_pct=util, metric=metric, memory_used_bytes=d.memory_used_bytes,
             memory_total_bytes=d.memory_total_bytes, power_w=d.power_w, healthy=d.healthy,
-            weight=round(weight, 4), idle_gpus=idle))
+            weight=round(weight, 4), idle_gpus=idle, parent_uuid=d.parent_uuid))
     return tiles
 
 
@@ -1111,6 +1112,10 @@ class DevicesView:
     process_metric: str = "CPU % of one core"
     memory_used_gb: list[HeatRow] = field(default_factory=list)
     power_w: list[HeatRow] = field(default_factory=list)
+    #: Set when processes were read over only the last this-many seconds of the range.
+    process_window_s: float | None = None
+    #: Set when a long range without rollups was read raw over only its last part.
+    devices_truncated_to_s: float | None = None
     error: str | None = None
 
     @property
@@ -1127,7 +1132,9 @@ def _bucketed(points: Iterable[tuple[str, str, float, float | None]], since: flo
             continue
         i = int((at - since) // bucket_s)
         if 0 <= i < buckets:
-            acc = sums.setdefault((label, kind), [[0.0, 0.0] for _ in range(buckets)])
+            acc = sums.get((label, kind))
+            if acc is None:
+                acc = sums[(label, kind)] = [[0.0, 0.0] for _ in range(buckets)]
             acc[i][0] += value
             acc[i][1] += 1
     return [HeatRow(label=label, kind=kind,
@@ -1135,35 +1142,76 @@ def _bucketed(points: Iterable[tuple[str, str, float, float | None]], since: flo
             for (label, kind), acc in sorted(sums.items())]
 
 
+def _device_label(target: str, s: DeviceSample) -> str:
+    index = s.index if s.index is not None else ""
+    return f"{target} · {s.name or s.kind} {index} ({s.uuid[-8:]})"
+
+
 def _devices(store: Store, *, since: float, until: float, name: str,
              max_points: int) -> DevicesView:
+    """GPU / MIG rows from rollups (plus the raw tail) beyond ``RAW_RANGE_S`` and
+    from raw samples below; process rows from raw samples of at most the last
+    ``RAW_FALLBACK_S`` (processes come and go, so they have no rollups)."""
     bucket_s = max((until - since) / max_points, 1.0)
     buckets = max(int(math.ceil((until - since) / bucket_s)), 1)
-    devices = store.device_samples(since=since, until=until)
-    device_util, memory, power = [], [], []
-    for d in devices:
+    raw_since = since
+    rollups: list[DeviceRollup] = []
+    truncated_to_s: float | None = None
+    if until - since > RAW_RANGE_S:
+        rollups = store.device_rollups(since=since, until=until)
+        if rollups:
+            width = min(r.bucket_s for r in rollups)
+            rollups = [r for r in rollups if r.bucket_s == width]
+            raw_since = max(r.bucket_start + r.bucket_s for r in rollups)
+        else:
+            raw_since = max(since, until - RAW_FALLBACK_S)
+            truncated_to_s = until - raw_since if raw_since > since else None
+
+    device_util: list[tuple[str, str, float, float | None]] = []
+    memory: list[tuple[str, str, float, float | None]] = []
+    power: list[tuple[str, str, float, float | None]] = []
+    labels: dict[tuple[str, str], str] = {}
+    raw = store.device_samples(since=raw_since, until=until)
+    for d in raw:
+        labels[(d.target, d.sample.uuid)] = _device_label(d.target, d.sample)
+    for r in rollups:
+        label = labels.get((r.target, r.uuid), f"{r.target} · {r.kind} ({r.uuid[-8:]})")
+        at = r.bucket_start + r.bucket_s / 2
+        util = r.sm_active_pct if r.sm_active_pct is not None else r.utilization_gpu_pct
+        device_util.append((label, r.kind, at, util))
+        if r.memory_used_bytes is not None:
+            memory.append((label, r.kind, at, r.memory_used_bytes / 1e9))
+        power.append((label, r.kind, at, r.power_w))
+    for d in raw:
         s = d.sample
-        label = f"{d.target} · {s.name or s.kind} {s.index if s.index is not None else ''} "\
-                f"({s.uuid[-8:]})"
+        label = labels[(d.target, s.uuid)]
         util = s.sm_active_pct if s.sm_active_pct is not None else s.utilization_gpu_pct
         device_util.append((label, s.kind, d.collected_at, util))
         if s.memory_used_bytes is not None:
             memory.append((label, s.kind, d.collected_at, s.memory_used_bytes / 1e9))
         power.append((label, s.kind, d.collected_at, s.power_w))
-    processes = store.process_samples(since=since, until=until)
-    gpu_procs = [p for p in processes if p.sample.sm_util_pct is not None]
-    chosen = gpu_procs or [p for p in processes if p.sample.role == "stub"]
-    metric = "SM % (NVML)" if gpu_procs else "CPU % of one core"
-    proc_points = []
-    for p in chosen:
-        s = p.sample
-        label = f"{p.target} · {s.instance_name or s.model or s.role} (pid {s.pid})"
-        proc_points.append((label, "process", p.collected_at,
-                            s.sm_util_pct if gpu_procs else s.cpu_pct))
+
+    process_since = max(since, until - RAW_FALLBACK_S)
+    # Process buckets count from ``since`` so their cells line up with the devices'.
+    skipped = int((process_since - since) // bucket_s)
+    cells = store.process_buckets(since=since + skipped * bucket_s, until=until,
+                                  bucket_s=bucket_s)
+    gpu_cells = [c for c in cells if c.sm_util_pct is not None]
+    metric = "SM % (NVML)" if gpu_cells else "CPU % of one core"
+    process_rows: dict[str, list[float | None]] = {}
+    for c in gpu_cells or [c for c in cells if c.role == "stub"]:
+        label = f"{c.target} · {c.instance_name or c.model or c.role} (pid {c.pid})"
+        values = process_rows.setdefault(label, [None] * buckets)
+        if 0 <= skipped + c.bucket < buckets:
+            values[skipped + c.bucket] = c.sm_util_pct if gpu_cells else c.cpu_pct
     return DevicesView(
         range_name=name, since=since, until=until,
         t=[since + i * bucket_s for i in range(buckets)],
         devices=_bucketed(device_util, since, bucket_s, buckets),
-        processes=_bucketed(proc_points, since, bucket_s, buckets), process_metric=metric,
+        processes=[HeatRow(label=label, kind="process", values=values)
+                   for label, values in sorted(process_rows.items())],
+        process_metric=metric,
+        process_window_s=until - process_since if process_since > since else None,
+        devices_truncated_to_s=truncated_to_s,
         memory_used_gb=_bucketed(memory, since, bucket_s, buckets),
         power_w=_bucketed(power, since, bucket_s, buckets))

@@ -4,8 +4,11 @@ schema for tests that need the real server."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -13,6 +16,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
+FAKE_NVML_SOURCE = Path(__file__).with_name("fakenvml") / "fake_nvml.c"
 PG_URL_ENV = "BATCHSCOPE_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -57,3 +61,26 @@ def pg_url() -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def fake_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Directories holding a fake libnvidia-ml.so.1 (tests/fakenvml): the full one,
+    one built without nvmlDeviceGetProcessesUtilizationInfo (an older driver), and
+    one with none. A process finds it through ``LD_LIBRARY_PATH`` set at its start."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.fail("a C compiler (cc) is needed to build tests/fakenvml/fake_nvml.c")
+    root = tmp_path_factory.mktemp("fakenvml")
+    dirs: dict[str, Path] = {}
+    for variant, flags in (("full", []), ("old_driver", ["-DNO_PROCESSES_UTILIZATION_INFO"])):
+        out = root / variant
+        out.mkdir()
+        cmd = [cc, "-shared", "-fPIC", "-O1", "-Wall", *flags]
+        cmd += ["-o", str(out / "libnvidia-ml.so.1"), str(FAKE_NVML_SOURCE)]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        assert result.returncode == 0, f"building the fake NVML failed:\n{result.stderr}"
+        dirs[variant] = out
+    dirs["empty"] = root / "empty"
+    dirs["empty"].mkdir()
+    return dirs

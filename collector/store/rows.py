@@ -92,6 +92,22 @@ class StoredProcess:
 
 
 @dataclass(frozen=True)
+class ProcessBucket:
+    """One process's readings averaged over one time bucket (``bucket`` counts
+    buckets from the start of the read); ``None`` when no sample had the reading."""
+
+    target: str
+    pid: int
+    role: str
+    model: str | None
+    instance_name: str | None
+    bucket: int
+    sample_count: int
+    cpu_pct: float | None
+    sm_util_pct: float | None
+
+
+@dataclass(frozen=True)
 class StoredServer:
     target: str
     collected_at: float

@@ -27,6 +27,7 @@ from sqlalchemy import (
     ColumnElement,
     CursorResult,
     Engine,
+    Integer,
     Select,
     Table,
     create_engine,
@@ -40,8 +41,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.sql.expression import FunctionElement
 
 from collector.errors import ConfigError
 from collector.records import (
@@ -62,6 +65,7 @@ from collector.store.rows import (
     DetectorStreak,
     DeviceRollup,
     ModelRollup,
+    ProcessBucket,
     RetentionReport,
     StoredDevice,
     StoredFinding,
@@ -556,6 +560,51 @@ class Store:
             return [
                 StoredProcess(r["target_name"], r["collected_at"], _record_from(ProcessSample, r))
                 for r in session.execute(stmt).mappings()
+            ]
+
+    def process_buckets(
+        self, *, since: float, until: float, bucket_s: float
+    ) -> list[ProcessBucket]:
+        """Process readings in ``[since, until]`` averaged per process and
+        ``bucket_s``-long bucket counted from ``since``, aggregated by the database: a
+        heatmap of hours of model instances reads one row per cell, not per sample."""
+        if not bucket_s > 0 or not math.isfinite(bucket_s):
+            raise ValueError(f"bucket_s must be a positive number, got {bucket_s!r}")
+        bucket = _floor_non_negative((ProcessSampleRow.collected_at - since) / bucket_s)
+        keys = (
+            TargetRow.name,
+            ProcessSampleRow.pid,
+            ProcessSampleRow.role,
+            ProcessSampleRow.model,
+            ProcessSampleRow.instance_name,
+        )
+        stmt = (
+            _by_target_and_time(
+                select(
+                    *keys,
+                    bucket.label("bucket"),
+                    func.count().label("sample_count"),
+                    func.avg(ProcessSampleRow.cpu_pct).label("cpu_pct"),
+                    func.avg(ProcessSampleRow.sm_util_pct).label("sm_util_pct"),
+                ),
+                ProcessSampleRow,
+                None,
+                since,
+                until,
+            )
+            .group_by(*keys, bucket)
+            .order_by(*keys, bucket)
+        )
+        with self._read() as session:
+            return [
+                ProcessBucket(
+                    target=r.name, pid=r.pid, role=r.role, model=r.model,
+                    instance_name=r.instance_name, bucket=int(r.bucket),
+                    sample_count=r.sample_count,
+                    cpu_pct=None if r.cpu_pct is None else float(r.cpu_pct),
+                    sm_util_pct=None if r.sm_util_pct is None else float(r.sm_util_pct),
+                )
+                for r in session.execute(stmt)
             ]
 
     def latest_collected_at(self, target: str | None = None) -> float | None:
@@ -1205,6 +1254,24 @@ def _sample_filters(
     if until is not None:
         where.append(ModelSampleRow.collected_at <= until)
     return where
+
+
+class _floor_non_negative(FunctionElement[int]):
+    """``floor(x)`` for ``x >= 0``: SQLite has no FLOOR without its math extension,
+    and its CAST truncates, which is the floor there; PostgreSQL's CAST rounds."""
+
+    type = Integer()
+    inherit_cache = True
+
+
+@compiles(_floor_non_negative)
+def _floor_default(element: _floor_non_negative, compiler: Any, **kw: Any) -> str:
+    return f"FLOOR({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_floor_non_negative, "sqlite")
+def _floor_sqlite(element: _floor_non_negative, compiler: Any, **kw: Any) -> str:
+    return f"CAST({compiler.process(element.clauses, **kw)} AS INTEGER)"
 
 
 def _by_target_and_time(

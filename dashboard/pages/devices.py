@@ -61,12 +61,16 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
             return (components.banner([view.error]),
                     *(figures.empty_figure("the store could not be read", theme)
                       for _ in _GRAPHS))
+        device_title = "GPU / MIG utilisation"
+        if view.devices_truncated_to_s:
+            device_title += f" · last {view.devices_truncated_to_s / 3600:.0f} h (no rollups yet)"
+        process_title = f"Model-instance processes · {view.process_metric}"
+        if view.process_window_s:
+            process_title += f" · last {view.process_window_s / 3600:.0f} h"
         return (
             [],
-            figures.heatmap_figure(view.devices, view.t, theme,
-                                   title="GPU / MIG utilisation"),
-            figures.heatmap_figure(view.processes, view.t, theme,
-                                   title=f"Model-instance processes · {view.process_metric}",
+            figures.heatmap_figure(view.devices, view.t, theme, title=device_title),
+            figures.heatmap_figure(view.processes, view.t, theme, title=process_title,
                                    zmax=None),
             figures.rows_figure(view.memory_used_gb, view.t, theme, title="GPU memory used",
                                 y_title="GB"),

@@ -144,8 +144,9 @@ def test_devices_page_draws_or_says_why_not(dash_duo, seeded_store, screenshot) 
     dash_duo.start_server(create_app(seeded_store(), refresh_s=REFRESH_S))
     dash_duo.wait_for_page(url=f"{dash_duo.server_url}/devices?range=5m", timeout=20)
     # The seeded store has no GPU or process readings: each graph says so.
-    dash_duo.wait_for_contains_text(f"#{ids.Devices.HEATMAP}", "no gpu / mig utilisation "
-                                    "readings", timeout=20)
+    dash_duo.wait_for_contains_text(f"#{ids.Devices.HEATMAP}", "no readings in this range",
+                                    timeout=20)
+    assert "GPU / MIG utilisation" in dash_duo.find_element(f"#{ids.Devices.HEATMAP}").text
     assert dash_duo.find_element(".range-current").text == "5m"
     screenshot("devices-empty")
     assert _severe_logs(dash_duo) == []

@@ -255,4 +255,5 @@ def test_heatmap_rows_are_plain_text_and_empty_says_so() -> None:
     assert fig.data[0].y[0] == "t · &lt;img src=x&gt; (pid 1)"
     assert list(fig.data[0].z[0]) == [10.0, None]
     empty = figures.heatmap_figure([], [], "dark", title="GPU")
-    assert "no gpu readings" in empty.layout.annotations[0].text
+    assert empty.layout.annotations[0].text == "no readings in this range"
+    assert empty.layout.title.text == "GPU"

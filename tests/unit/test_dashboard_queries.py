@@ -486,3 +486,42 @@ def test_devices_heatmap_rows_per_gpu_and_stub_process(store: Store, db_url: str
     assert [r.label for r in view.processes] == ["t · m_0_0 (pid 41)"]
     assert view.process_metric.startswith("CPU")
     assert len(view.memory_used_gb) == 1 and len(view.power_w) == 1
+
+
+def test_devices_over_a_long_range_read_rollups_and_the_raw_tail(store: Store,
+                                                                   db_url: str) -> None:
+    """Two days of one GPU every minute: the 7-day heatmap covers both days from the
+    rollups (up to the last closed bucket) and the raw samples after them, processes
+    only the last 6 h."""
+    from collector.records import ProcessSample
+
+    start, step, ticks = T0, 60.0, 2 * 24 * 60
+    for i in range(ticks):
+        at = start + i * step
+        # The first day at 10 %, the second at 60 %.
+        store.write_devices("t", at, [DeviceSample(
+            source="nvml", uuid="GPU-bbbbbbbb-0001", index=0, name="H200",
+            utilization_gpu_pct=10.0 if i < ticks // 2 else 60.0, power_w=100.0)])
+        store.write_processes("t", at, [ProcessSample(
+            source="host", pid=7, role="stub", model="m", instance_name="m_0_0",
+            cpu_pct=50.0)])
+    end = start + (ticks - 1) * step
+    q = DashboardQueries(db_url, clock=lambda: end + 1)
+
+    # Without rollups only the last 6 h are read, and the view says so.
+    raw_only = q.devices(range_name="7d", max_points=168)
+    assert raw_only.devices_truncated_to_s == 6 * 3600.0
+    assert {round(v) for v in raw_only.devices[0].values if v is not None} == {60}
+
+    store.rollup(end - 1800, bucket_s=300.0)  # the last half hour stays raw
+    view = q.devices(range_name="7d", max_points=168)  # one-hour buckets
+    assert view.error is None and view.devices_truncated_to_s is None
+    [gpu] = view.devices
+    assert gpu.label == "t · H200 0 (bbb-0001)"  # named from the raw tail
+    filled = [v for v in gpu.values if v is not None]
+    assert len(filled) == 48  # every hour of both days, the raw tail included
+    assert round(filled[0]) == 10 and round(filled[-1]) == 60
+    assert sum(round(v) not in (10, 60) for v in filled) <= 1  # the hour the day turns
+    assert gpu.values[-1] is not None and round(gpu.values[-1]) == 60
+    assert view.process_window_s == 6 * 3600.0
+    assert sum(v is not None for v in view.processes[0].values) == 6

@@ -1,6 +1,7 @@
 """NvmlSource against the real pynvml bindings and a fake libnvidia-ml.so.1.
 
-The fake (tests/fakenvml/fake_nvml.c) is compiled once per session. Each test runs
+The fake (tests/fakenvml/fake_nvml.c) is compiled once per session (the
+``fake_libs`` fixture in tests/conftest.py). Each test runs
 the source in a subprocess (tests/unit/nvml_runner.py) whose LD_LIBRARY_PATH points
 at the fake, with the values and errors scripted by a scenario file
 (tests/fakenvml/README.md describes the format).
@@ -11,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FAKE_SOURCE = REPO / "tests" / "fakenvml" / "fake_nvml.c"
 RUNNER = Path(__file__).with_name("nvml_runner.py")
 
 UUID0 = "GPU-11111111-0000-0000-0000-000000000000"
@@ -94,28 +93,6 @@ class Run:
             for line in self.calls
             if line.split()[0] == symbol and (handle is None or line.split()[1] == handle)
         )
-
-
-@pytest.fixture(scope="session")
-def fake_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Directories holding a fake libnvidia-ml.so.1: the full one, one built without
-    nvmlDeviceGetProcessesUtilizationInfo (an older driver), and one with none."""
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.fail("a C compiler (cc) is needed to build tests/fakenvml/fake_nvml.c")
-    root = tmp_path_factory.mktemp("fakenvml")
-    dirs: dict[str, Path] = {}
-    for variant, flags in (("full", []), ("old_driver", ["-DNO_PROCESSES_UTILIZATION_INFO"])):
-        out = root / variant
-        out.mkdir()
-        cmd = [cc, "-shared", "-fPIC", "-O1", "-Wall", *flags]
-        cmd += ["-o", str(out / "libnvidia-ml.so.1"), str(FAKE_SOURCE)]
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        assert result.returncode == 0, f"building the fake NVML failed:\n{result.stderr}"
-        dirs[variant] = out
-    dirs["empty"] = root / "empty"
-    dirs["empty"].mkdir()
-    return dirs
 
 
 @pytest.fixture

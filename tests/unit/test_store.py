@@ -342,6 +342,29 @@ def test_devices_and_processes_read_back(store: Store) -> None:
     assert {t.name: t.kind for t in store.targets()} == {"host-1": "host", "triton-a": "triton"}
 
 
+def test_process_buckets_average_per_process_and_bucket(store: Store) -> None:
+    """Buckets count from ``since`` (floor, also where the database's CAST would
+    round); averages skip missing readings; bounds are inclusive."""
+    for i in range(12):  # every 5 s from T0: cpu 10, 20, ..., 120
+        store.write_processes("host-1", T0 + 5 * i, [
+            ProcessSample(source="host", pid=7, role="stub", model="m",
+                          instance_name="m_0_0", cpu_pct=10.0 * (i + 1)),
+            ProcessSample(source="host", pid=8, role="server",
+                          cpu_pct=None if i in (3, 9, 10, 11) else 50.0),
+        ])
+    cells = store.process_buckets(since=T0 + 5, until=T0 + 50, bucket_s=20.0)
+    stub = [(c.bucket, c.sample_count, c.cpu_pct) for c in cells if c.pid == 7]
+    # T0+5..T0+20 -> bucket 0 (samples 2..4), T0+25..T0+40 -> 1, T0+45..T0+50 -> 2.
+    assert stub == [(0, 4, 35.0), (1, 4, 75.0), (2, 2, 105.0)]
+    server = [(c.bucket, c.cpu_pct) for c in cells if c.pid == 8]
+    assert server == [(0, 50.0), (1, 50.0), (2, None)]
+    assert {(c.target, c.role, c.instance_name) for c in cells if c.pid == 7} == {
+        ("host-1", "stub", "m_0_0")}
+    assert all(c.sm_util_pct is None for c in cells)
+    with pytest.raises(ValueError, match="bucket_s"):
+        store.process_buckets(since=T0, until=T0 + 1, bucket_s=0.0)
+
+
 def test_findings_and_recommendations_read_back(store: Store) -> None:
     fid = store.add_finding(
         kind="idle_capacity",
