@@ -3,13 +3,18 @@ Each test saves a screenshot under its tmp_path."""
 
 from __future__ import annotations
 
+import time
 from urllib.parse import urlencode
 
+from dash.testing.wait import until
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 
+from collector.store import Store
 from dashboard import ids
 from dashboard.app import create_app
+from tests.browser.conftest import loads
+from tests.browser.seed import scrape_ok, steady_load
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 # Slow refresh: the tests read the page the first tick drew.
@@ -150,3 +155,89 @@ def test_devices_page_draws_or_says_why_not(dash_duo, seeded_store, screenshot) 
     assert dash_duo.find_element(".range-current").text == "5m"
     screenshot("devices-empty")
     assert _severe_logs(dash_duo) == []
+
+
+def _model_links(dash_duo) -> list[str]:  # type: ignore[no-untyped-def]
+    return [a.text for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")]
+
+
+def test_live_refresh_pauses_while_the_tab_is_hidden(dash_duo, seeded_store,
+                                                     screenshot) -> None:
+    url = seeded_store()
+    dash_duo.start_server(create_app(url, refresh_s=0.5))
+    dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", "unbatched", timeout=20)
+    assert _model_links(dash_duo) == ["batched", "unbatched"]
+
+    # The browser reports the tab hidden (as when a wall screen's tab is switched away).
+    dash_duo.driver.execute_script(
+        "Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});"
+        "document.dispatchEvent(new Event('visibilitychange'));")
+    store = Store(url)
+    try:
+        now = time.time()
+        steady_load(store, loads("late")[2:], target="testbed", start=now - 20, seconds=20,
+                    step=2.0)
+    finally:
+        store.close()
+    # Six refresh periods pass: a running refresh would have drawn the new model.
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        assert _model_links(dash_duo) == ["batched", "unbatched"]
+        time.sleep(0.25)
+
+    # Visible again: the next tick draws it.
+    dash_duo.driver.execute_script(
+        "Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});"
+        "document.dispatchEvent(new Event('visibilitychange'));")
+    dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", "late", timeout=10)
+    assert _model_links(dash_duo) == ["batched", "late", "unbatched"]
+    screenshot("refresh-resumed")
+
+
+def test_a_down_target_shows_a_banner_with_its_error(dash_duo, seeded_store,
+                                                     screenshot) -> None:
+    url = seeded_store()
+    store = Store(url)
+    try:
+        now = time.time()
+        for i in range(3):
+            scrape_ok(store, "testbed", now + i, ok=False,
+                      error="connection refused (127.0.0.1:8000)")
+    finally:
+        store.close()
+    dash_duo.start_server(create_app(url, refresh_s=REFRESH_S))
+    dash_duo.wait_for_contains_text(f"#{ids.Overview.BANNER}", "target testbed is down",
+                                    timeout=20)
+    banner = dash_duo.find_element(f"#{ids.Overview.BANNER}").text
+    assert "connection refused (127.0.0.1:8000)" in banner
+    assert "3 failed scrape(s) in a row" in banner
+    screenshot("target-down")
+
+
+def test_a_4k_wall_screen_scales_the_page_up(dash_duo, seeded_store, screenshot) -> None:
+    dash_duo.start_server(create_app(seeded_store(), refresh_s=REFRESH_S))
+    dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", "unbatched", timeout=20)
+    laptop = float(dash_duo.driver.execute_script(
+        "return parseFloat(getComputedStyle(document.documentElement).fontSize);"))
+    dash_duo.driver.set_window_size(3840, 2160)
+    until(lambda: dash_duo.driver.execute_script("return window.innerWidth;") >= 3800,
+          timeout=10)
+    wall = float(dash_duo.driver.execute_script(
+        "return parseFloat(getComputedStyle(document.documentElement).fontSize);"))
+    table = dash_duo.find_element(f"#{ids.Overview.MODELS}")
+    assert wall >= 1.5 * laptop  # readable from across the room
+    assert table.size["width"] > 3000  # the table uses the width
+    screenshot("overview-4k")
+
+
+def test_filters_are_readable_and_their_menus_open(dash_duo, seeded_store, screenshot) -> None:
+    """Dash's dropdowns follow the dark theme: the placeholder in the muted text
+    colour on the page's surface, not Dash's stock navy on white."""
+    dash_duo.start_server(create_app(seeded_store(), refresh_s=REFRESH_S))
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/findings", timeout=20)
+    dash_duo.wait_for_contains_text(f"#{ids.Findings.LIST}", "batching off", timeout=20)
+    placeholder = dash_duo.find_element(f"#{ids.Findings.KIND} .dash-dropdown-placeholder")
+    assert placeholder.value_of_css_property("color") == "rgba(139, 149, 163, 1)"  # --muted
+    dash_duo.find_element(f"#{ids.Findings.KIND}").click()
+    dash_duo.wait_for_element(".dash-dropdown-option", timeout=10)
+    screenshot("findings-kind-menu")
