@@ -23,6 +23,7 @@ from collector.store import Store
 from collector.testbed.load import run_load
 from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer
+from dashboard.actions import ActionRefused, ConfigActions
 
 pytestmark = pytest.mark.integration
 
@@ -136,4 +137,17 @@ def test_apply_refuses_without_explicit_model_control(
     assert out.returncode == 3
     assert "--model-control-mode=explicit" in out.stderr
     assert "Nothing was changed" in out.stderr
+    assert "dynamic_batching" not in server.get_json("/v2/models/m/config")
+
+    # The dashboard's Apply asks the same server, finds it closed and refuses too.
+    target = target_from_url(server.http_url, server.metrics_url)
+    actions = ConfigActions([target], db, verify_s=1.0)
+    assert actions.live_changes_allowed(target.name) is False
+    store = Store(db)
+    try:
+        [stored] = store.recommendations(model="m")
+    finally:
+        store.close()
+    with pytest.raises(ActionRefused, match="--model-control-mode=explicit"):
+        actions.start_apply(target.name, "m", stored.id)
     assert "dynamic_batching" not in server.get_json("/v2/models/m/config")
