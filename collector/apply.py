@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from urllib.parse import quote
 
 import requests
 
@@ -91,7 +92,8 @@ def measure_window(source: TritonSource, model: str, seconds: float, *,
 def _load(session: requests.Session, url: str, model: str, config_json: str,
           timeout_s: float) -> None:
     try:
-        response = session.post(f"{url}/v2/repository/models/{model}/load",
+        # Model names are path segments: quoted, a name with "/" or "?" stays one name.
+        response = session.post(f"{url}/v2/repository/models/{quote(model, safe='')}/load",
                                 json={"parameters": {"config": config_json}}, timeout=timeout_s)
     except requests.RequestException as exc:
         raise ApplyRefused(f"could not reach {url} to load {model!r}: {exc}") from None
@@ -119,7 +121,8 @@ def apply_recommendation(target: TargetSettings, recommendation: Recommendation,
     session = requests.Session()
     session.trust_env = False
     try:
-        previous = session.get(f"{target.url}/v2/models/{model}/config", timeout=10.0)
+        previous = session.get(f"{target.url}/v2/models/{quote(model, safe='')}/config",
+                               timeout=10.0)
         if not previous.ok:
             raise ApplyRefused(f"cannot read the current config of {model!r} from "
                                f"{target.url} (HTTP {previous.status_code})")

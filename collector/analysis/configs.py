@@ -11,9 +11,21 @@ import copy
 import json
 from typing import Any
 
-from collector.records import BatcherConfig, ConfigChange
+from collector.records import BatcherConfig, ConfigChange, ModelConfig
 
-__all__ = ["config_changes", "config_with", "render_pbtxt"]
+__all__ = ["config_changes", "config_with", "has_own_batcher_choice", "render_pbtxt"]
+
+
+def has_own_batcher_choice(config: ModelConfig) -> bool:
+    """False for ensembles (they schedule their steps' models, which have their own
+    batchers) and sequence-batched models (the sequence batcher owns batching)."""
+    if config.platform == "ensemble":
+        return False
+    try:
+        doc = json.loads(config.raw_json)
+    except ValueError:
+        return True
+    return not (isinstance(doc, dict) and "sequence_batching" in doc)
 
 
 def config_with(base_raw_json: str, proposed: BatcherConfig) -> dict[str, Any]:

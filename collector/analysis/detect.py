@@ -36,13 +36,13 @@ scheduler only has to call ``run_detectors`` once per analysis tick.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 
+from collector.analysis.configs import has_own_batcher_choice
 from collector.analysis.rates import (
     CounterIncrease,
     batch_stats_increase,
@@ -750,7 +750,7 @@ def batching_off(window: DetectionWindow, settings: DetectorSettings) -> list[Fi
             config is None
             or config.dynamic_batching
             or config.max_batch_size <= 1
-            or not _has_own_batcher_choice(config)
+            or not has_own_batcher_choice(config)
             or m.rates.requests_per_s <= 0
         ):
             continue
@@ -803,7 +803,7 @@ def batch_below_preferred(window: DetectionWindow, settings: DetectorSettings) -
             config is None
             or not config.dynamic_batching
             or config.max_batch_size <= 1
-            or not _has_own_batcher_choice(config)
+            or not has_own_batcher_choice(config)
             or avg is None
             or m.concurrency < settings.concurrency_min
         ):
@@ -847,18 +847,6 @@ def batch_below_preferred(window: DetectionWindow, settings: DetectorSettings) -
             )
         )
     return found
-
-
-def _has_own_batcher_choice(config: ModelConfig) -> bool:
-    """False for ensembles (they schedule their steps' models, which have their own
-    batchers) and sequence-batched models (the sequence batcher owns batching)."""
-    if config.platform == "ensemble":
-        return False
-    try:
-        doc = json.loads(config.raw_json)
-    except ValueError:
-        return True
-    return not (isinstance(doc, dict) and "sequence_batching" in doc)
 
 
 _DETECTORS = (idle_capacity, queue_saturation, batching_off, batch_below_preferred)

@@ -39,7 +39,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from collector.analysis.batcher_sim import ClosedLoad, OpenLoad, ServiceModel, SimResult, simulate
-from collector.analysis.configs import config_changes, config_with, render_pbtxt
+from collector.analysis.configs import (
+    config_changes,
+    config_with,
+    has_own_batcher_choice,
+    render_pbtxt,
+)
 from collector.analysis.fit import ServiceTimeFit, arrival_stats, fit_service_time
 from collector.analysis.rates import batch_stats_increase, stats_reset, window_rates
 from collector.records import (
@@ -569,6 +574,16 @@ def recommend_from_observation(obs: Observation, *, slo_p95_ms: float | None = N
     }
     concurrent = obs.in_server >= 1.5 or (obs.pending_mean or 0.0) >= 1.0
     single_size = obs.fit is None or obs.fit.per_sample_ms is None
+
+    if not has_own_batcher_choice(obs.config):
+        # Triton refuses dynamic_batching here: an ensemble's steps, or the sequence
+        # batcher, decide how requests are grouped.
+        observed = _observed(obs, None)
+        what = ("an ensemble: its steps' models batch for it, so tune those"
+                if obs.config.platform == "ensemble"
+                else "sequence-batched: the sequence batcher owns batching")
+        return _finish(obs, "no_change", cur, observed, observed, f"this model is {what}",
+                       slo_p95_ms, 1.0, base_evidence, now)
 
     if single_size:
         current_sim = None

@@ -19,6 +19,7 @@ The cost coefficients travel in the model config's ``parameters``, so one generi
 
 from __future__ import annotations
 
+import json
 import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -43,6 +44,10 @@ class ModelSpec:
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_us: int = 0
     instance_count: int = 1
+    #: When set, an ensemble that forwards each request to this model: Triton serves
+    #: it without a backend process, so its name may hold what a shell would not take
+    #: (the Python backend starts its stub through a shell with the name unquoted).
+    ensemble_of: str | None = None
 
     def __post_init__(self) -> None:
         # Messages start with the field's name, so a config loader can point at it.
@@ -54,6 +59,9 @@ class ModelSpec:
             raise ValueError(f"fixed_ms: must be >= 0, got {self.fixed_ms}")
         if self.per_sample_ms < 0:
             raise ValueError(f"per_sample_ms: must be >= 0, got {self.per_sample_ms}")
+        if self.ensemble_of is not None and (not self.ensemble_of
+                                             or self.ensemble_of == self.name):
+            raise ValueError(f"ensemble_of: must name another model, got {self.ensemble_of!r}")
         if self.max_batch_size < 1:
             # max_batch_size 0 would drop the batch dimension the load generator sends.
             raise ValueError(f"max_batch_size: must be >= 1, got {self.max_batch_size}")
@@ -71,10 +79,28 @@ class ModelSpec:
         object.__setattr__(self, "preferred_batch_sizes", tuple(self.preferred_batch_sizes))
 
 
+def _pbtxt_string(text: str) -> str:
+    # Protobuf text format takes C-style escapes; JSON's are a subset of them here.
+    return json.dumps(text)
+
+
+def _ensemble_pbtxt(spec: ModelSpec) -> str:
+    io = (f'input [ {{ name: "{INPUT_NAME}" data_type: TYPE_FP32 dims: [ {INPUT_DIM} ] }} ]\n'
+          f'output [ {{ name: "{OUTPUT_NAME}" data_type: TYPE_FP32 dims: [ {INPUT_DIM} ] }} ]')
+    step = (f"{{ model_name: {_pbtxt_string(spec.ensemble_of or '')} model_version: -1 "
+            f'input_map {{ key: "{INPUT_NAME}" value: "{INPUT_NAME}" }} '
+            f'output_map {{ key: "{OUTPUT_NAME}" value: "{OUTPUT_NAME}" }} }}')
+    return (f"name: {_pbtxt_string(spec.name)}\nplatform: \"ensemble\"\n"
+            f"max_batch_size: {spec.max_batch_size}\n{io}\n"
+            f"ensemble_scheduling {{ step [ {step} ] }}\n")
+
+
 def config_pbtxt(spec: ModelSpec) -> str:
     """The ``config.pbtxt`` text for ``spec``."""
+    if spec.ensemble_of is not None:
+        return _ensemble_pbtxt(spec)
     lines = [
-        f'name: "{spec.name}"',
+        f"name: {_pbtxt_string(spec.name)}",
         'backend: "python"',
         f"max_batch_size: {spec.max_batch_size}",
         f'input [ {{ name: "{INPUT_NAME}" data_type: TYPE_FP32 dims: [ {INPUT_DIM} ] }} ]',
@@ -148,7 +174,8 @@ _MODEL_PY = textwrap.dedent(
 def write_model_repository(root: Path, specs: Iterable[ModelSpec]) -> Path:
     """Write one model directory per spec under ``root`` and return ``root``.
 
-    Layout: ``<root>/<name>/config.pbtxt`` and ``<root>/<name>/1/model.py``.
+    Layout: ``<root>/<name>/config.pbtxt`` and ``<root>/<name>/1/model.py`` (an
+    ensemble's version folder stays empty).
     """
     specs = list(specs)
     names = [s.name for s in specs]
@@ -161,5 +188,9 @@ def write_model_repository(root: Path, specs: Iterable[ModelSpec]) -> Path:
         version_dir = root / spec.name / "1"
         version_dir.mkdir(parents=True, exist_ok=True)
         (root / spec.name / "config.pbtxt").write_text(config_pbtxt(spec))
-        (version_dir / "model.py").write_text(_MODEL_PY)
+        if spec.ensemble_of is None:
+            (version_dir / "model.py").write_text(_MODEL_PY)
+        elif spec.ensemble_of not in names:
+            raise ValueError(f"ensemble_of: {spec.name!r} forwards to {spec.ensemble_of!r}, "
+                             f"which is not in the repository")
     return root

@@ -4,6 +4,7 @@ tune from a fitted curve, keep a config that is already right, honour an SLO."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,27 @@ def test_unbatched_concurrent_traffic_gets_a_probe(store: Store) -> None:
     assert rec.confidence <= 0.5
     # The worst case it predicts is no gain, not a loss.
     assert rec.predicted.qps >= rec.current.qps * 0.9
+
+
+@pytest.mark.parametrize("kind", ["ensemble", "sequence"])
+def test_a_model_whose_batching_triton_decides_elsewhere_is_left_alone(
+        store: Store, kind: str) -> None:
+    """The same queued, one-at-a-time traffic as above, but an ensemble (its steps
+    batch) or a sequence-batched model: Triton would refuse dynamic_batching."""
+    base = config(batching=False)
+    doc = json.loads(base.raw_json)
+    if kind == "ensemble":
+        doc = {**doc, "platform": "ensemble", "instance_group": []}
+        cfg = replace(base, platform="ensemble", instance_count=0, raw_json=json.dumps(doc))
+    else:
+        cfg = replace(base, raw_json=json.dumps({**doc, "sequence_batching": {}}))
+    fill(store, cfg=cfg, qps=100, request_ms=150, queue_share=0.93, batch_mix={1: 1.0},
+         cost_ms=lambda b: 10.0)
+    rec = recommend_model(store, "t", "m", now=T0 + 31)
+    assert rec is not None
+    assert rec.kind == "no_change" and rec.changes == ()
+    assert kind in rec.reason
+    assert "dynamic_batching" not in json.loads(rec.config_json)
 
 
 def test_fixed_cost_model_is_tuned_and_prediction_matches_the_current_point(
