@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions
@@ -37,6 +38,10 @@ MODELS = (
               dynamic_batching=True, preferred_batch_sizes=(8, 16), max_queue_delay_us=2000),
     ModelSpec("unbatched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32),
 )
+# A model whose name is HTML, served for real: an ensemble over "unbatched" (Triton's
+# Python backend could not start a model of that name: it passes names to a shell).
+HOSTILE = "<img src=x onerror=alert(1)>"
+HOSTILE_SPEC = ModelSpec(HOSTILE, max_batch_size=32, ensemble_of="unbatched")
 REFRESH_S = 60.0
 
 
@@ -52,7 +57,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     """A real collection: 12 s of load on both models, scraped every 0.5 s, then the
     detectors and the recommender over the store."""
     root = tmp_path_factory.mktemp("live")
-    server = TritonServer(MODELS, workdir=root / "triton",
+    server = TritonServer((*MODELS, HOSTILE_SPEC), workdir=root / "triton",
                           extra_args=["--metrics-config", "summary_latencies=true"])
     server.start()
     try:
@@ -64,9 +69,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         service = CollectorService(settings, store, build_sources(settings))
         service.start()
         try:
-            runs = [threading.Thread(target=run_load, args=(server.grpc_url, m.name),
-                                     kwargs={"concurrency": 16, "duration_s": 12.0})
-                    for m in MODELS]
+            runs = [threading.Thread(target=run_load, args=(server.grpc_url, name),
+                                     kwargs={"concurrency": concurrency, "duration_s": 12.0})
+                    for name, concurrency in (("batched", 16), ("unbatched", 16),
+                                              (HOSTILE, 2))]
             for t in runs:
                 t.start()
             for t in runs:
@@ -97,6 +103,14 @@ def _sign_in(dash_duo, password: str, path: str = "/") -> None:  # type: ignore[
     driver.find_element(By.ID, "login-password").send_keys(password)
     driver.find_element(By.ID, "login-submit").click()
     dash_duo.wait_for_element("#react-entry-point", timeout=20)
+
+
+def _no_alert(driver) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        driver.switch_to.alert  # noqa: B018 (raises when no alert is open)
+    except NoAlertPresentException:
+        return True
+    return False
 
 
 def _severe_logs(dash_duo) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -141,7 +155,7 @@ def test_overview_lists_both_models_from_the_real_collection(dash_duo, live: Liv
     dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", "unbatched", timeout=30)
     rows = {r.find_element(By.CSS_SELECTOR, "a.model-link").text: r.text
             for r in dash_duo.find_elements(f"#{ids.Overview.MODELS} tbody tr")}
-    assert set(rows) == {"batched", "unbatched"}
+    assert set(rows) == {"batched", "unbatched", HOSTILE}
     assert "batching off" in rows["unbatched"]
     assert "preferred 8, 16" in rows["batched"]
     # The average batch size each model ran at: 1 without batching, several with it.
@@ -220,3 +234,33 @@ def test_admin_apply_changes_the_live_config_and_a_viewer_cannot(dash_duo, live:
     screenshot("admin-applied")
     config = _live_config(live, "unbatched")
     assert "dynamic_batching" in config
+
+
+def test_a_model_named_like_html_is_shown_as_text(dash_duo, live: Live,  # type: ignore[no-untyped-def]
+                                                  screenshot) -> None:
+    """Triton reports the name in its metrics and statistics; every place the UI shows
+    it, it is text: no image element, no script run."""
+    dash_duo.start_server(_app(live), navigate=False)
+    _sign_in(dash_duo, VIEWER_PASSWORD)
+    dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", HOSTILE, timeout=30)
+    driver = dash_duo.driver
+    assert driver.find_elements(By.TAG_NAME, "img") == []
+    assert _no_alert(driver)
+    screenshot("live-overview-hostile-name")
+
+    link = next(a for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")
+                if a.text == HOSTILE)
+    link.click()
+    dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", HOSTILE, timeout=30)
+    dash_duo.wait_for_element(f"#{ids.Model.QPS} .scatterlayer .trace", timeout=30)
+    assert driver.find_elements(By.TAG_NAME, "img") == []
+    assert _no_alert(driver)
+    screenshot("live-model-hostile-name")
+
+    driver.get(dash_duo.server.url + "/findings?state=all")
+    dash_duo.wait_for_contains_text(f"#{ids.Findings.LIST}", "unbatched", timeout=30)
+    driver.get(dash_duo.server.url + "/devices?range=5m")
+    dash_duo.wait_for_element(f"#{ids.Devices.PROCESSES} .js-plotly-plot", timeout=30)
+    assert driver.find_elements(By.TAG_NAME, "img") == []
+    assert _no_alert(driver)
+    assert _severe_logs(dash_duo) == []
