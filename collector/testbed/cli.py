@@ -65,6 +65,7 @@ _MODEL_TYPES: dict[str, tuple[type, ...]] = {
     "preferred_batch_sizes": (list,),
     "max_queue_delay_us": (int,),
     "instance_count": (int,),
+    "ensemble_of": (str,),
 }
 assert set(_MODEL_TYPES) == {f.name for f in fields(ModelSpec)}
 
@@ -137,6 +138,10 @@ def parse_testbed_config(data: Any, source: str = "config") -> TestbedConfig:
             if field in _MODEL_TYPES:
                 raise ConfigError(f"{where}.{field}", message) from exc
             raise ConfigError(where, str(exc)) from exc
+    for i, spec in enumerate(specs):
+        if spec.ensemble_of is not None and spec.ensemble_of not in seen:
+            raise ConfigError(f"models[{i}].ensemble_of",
+                              f"{spec.ensemble_of!r} is not one of the models")
     return TestbedConfig(
         models=tuple(specs),
         host=host,
