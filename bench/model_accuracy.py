@@ -48,7 +48,8 @@ def _short(config: BatcherConfig) -> str:
     return f"d{config.max_queue_delay_us} [{sizes}] x{config.instance_count}"
 
 
-def replay(report: dict[str, Any], stores: Path, *, detail: bool = False) -> list[dict[str, Any]]:
+def replay(report: dict[str, Any], stores: Path, *, detail: bool = False,
+           overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One summary per row (case, concurrency); prints as it goes."""
     out: list[dict[str, Any]] = []
     for row in report["rows"]:
@@ -60,7 +61,7 @@ def replay(report: dict[str, Any], stores: Path, *, detail: bool = False) -> lis
         last = rounds[-1]
         store = Store(f"sqlite:///{db}")
         try:
-            settings = RecommendSettings(window_s=last["window_s"])
+            settings = RecommendSettings(window_s=last["window_s"], **(overrides or {}))
             obs = observe_model(store, last["target"], row["model"], settings=settings,
                                 now=last["ended_at"])
         finally:
@@ -136,9 +137,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--json", required=True, help="bench/recommend.py --json output")
     parser.add_argument("--stores", required=True, help="its --keep-stores folder")
     parser.add_argument("--detail", action="store_true", help="print every grid config")
+    parser.add_argument("--think-cv", type=float, default=None,
+                        help="replay with this RecommendSettings.client_think_cv")
     args = parser.parse_args(argv)
     report = json.loads(Path(args.json).read_text())
-    return replay(report, Path(args.stores), detail=args.detail)
+    overrides = {} if args.think_cv is None else {"client_think_cv": args.think_cv}
+    return replay(report, Path(args.stores), detail=args.detail, overrides=overrides)
 
 
 if __name__ == "__main__":

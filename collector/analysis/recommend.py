@@ -15,8 +15,11 @@
    batch through a shared serial station (an event loop, a sender thread), so the next
    requests return staggered; how much of ``Z`` is serial cannot be seen while one
    instance is saturated, so the model is calibrated for several serial shares
-   (``client_serial_shares``) and every prediction is their mean. Otherwise the load
-   is open: arrivals at the observed rate with the observed burstiness.
+   (``client_serial_shares``) and every prediction is their mean. Each client's own
+   time varies (``client_think_cv``): with clockwork clients every delay long enough
+   to fill a preferred batch looks the same, and the shortest would win a tie that
+   real traffic breaks in favour of waiting. Otherwise the load is open: arrivals at
+   the observed rate with the observed burstiness.
 4. **Search** candidate configs (delay × preferred sizes × instance count) through the
    discrete-event model of Triton's batcher (``batcher_sim.simulate``) and keep the one
    with the most throughput whose p95 meets the objective: ``slo_p95_ms`` when given,
@@ -110,6 +113,10 @@ class RecommendSettings:
     # this much: scheduling, the GIL, clocks and co-tenants move real ones by 10-20 %,
     # and the p95 a client sees is made of that spread.
     service_cv_floor: float = 0.15
+    # Spread of each client's own time between a response and its next request
+    # (coefficient of variation): real clients are not clocks, so a batch waiting for
+    # its preferred size may see the delay run out first.
+    client_think_cv: float = 0.3
 
 
 @dataclass(frozen=True)
@@ -361,7 +368,7 @@ def _calibrated(obs: Observation, settings: RecommendSettings, *, serial_share: 
     (station wait included, which depends on the batches formed) matches the observed
     ``Z``, and the scale is fitted again. Two rounds settle both.
     """
-    load = _load(obs, serial_share)
+    load = _load(obs, serial_share, think_cv=settings.client_think_cv)
     scale = _calibrated_scale(obs, load, settings, per_sample_ms=per_sample_ms)
     if not isinstance(load, ClosedLoad) or load.client_ms <= 0:
         return scale, load
@@ -374,7 +381,8 @@ def _calibrated(obs: Observation, settings: RecommendSettings, *, serial_share: 
     return scale, load
 
 
-def _load(obs: Observation, serial_share: float = 0.0) -> OpenLoad | ClosedLoad:
+def _load(obs: Observation, serial_share: float = 0.0, *,
+          think_cv: float = 0.0) -> OpenLoad | ClosedLoad:
     if obs.population is not None:
         serial = serial_share * obs.least_think_ms
         # A request waits (b − 1)/2 turns at the station on average: the start value
@@ -383,7 +391,8 @@ def _load(obs: Observation, serial_share: float = 0.0) -> OpenLoad | ClosedLoad:
                           0.0) / 2.0
         return ClosedLoad(clients=obs.population,
                           think_ms=max(obs.think_ms - serial * turns, 0.0),
-                          client_ms=serial, request_batch=obs.request_batch)
+                          client_ms=serial, request_batch=obs.request_batch,
+                          think_cv=think_cv)
     return OpenLoad(rate_per_s=obs.rates.requests_per_s, dispersion=max(obs.dispersion, 1.0),
                     request_batch=obs.request_batch)
 

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+from dash.testing.wait import until
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -73,8 +74,14 @@ def test_demo_shows_a_finding_and_a_recommendation_within_a_minute(
             lambda d: "batching off" in _overview_badges(d).get("unbatched", ""))
         screenshot("demo-overview")
         driver.get(url.rstrip("/") + "/recommendations")
-        WebDriverWait(driver, left(), poll_frequency=1.0).until(
-            lambda d: "unbatched" in d.find_element(By.ID, ids.Recs.LIST).text)
+        item = WebDriverWait(driver, left(), poll_frequency=1.0).until(
+            lambda d: next((a for a in d.find_elements(By.CSS_SELECTOR, "a.rec-item")
+                            if a.find_element(By.CSS_SELECTOR, ".rec-model").text
+                            == "unbatched"), False))
+        item.click()
+        # Its detail proposes dynamic batching for the model that runs without it.
+        until(lambda: dash_duo.find_element(f"#{ids.Recs.DETAIL} h2").text.startswith(
+            "unbatched on "), timeout=left())
         dash_duo.wait_for_contains_text(f"#{ids.Recs.DETAIL}", "dynamic_batching",
                                         timeout=left())
         print(f"\nthe UI showed the finding and the recommendation after "
