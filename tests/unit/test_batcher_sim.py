@@ -379,6 +379,25 @@ def test_think_spread_widens_the_client_side_tail() -> None:
     assert spread.throughput_per_s == pytest.approx(steady.throughput_per_s, rel=0.03)
 
 
+def test_with_straggling_clients_a_longer_delay_fills_batches() -> None:
+    """8 clients, two instances, preferred batch 4 of a fixed-cost model: clockwork
+    clients fill the batch within 1 ms, so 1 ms and 5 ms delays tie; once each
+    client's own time varies, the 1 ms delay often runs out first."""
+    service = linear(intercept=8.0, slope=0.3)
+
+    def run(delay_us: int, cv: float):  # type: ignore[no-untyped-def]
+        config = batching(max_batch_size=32, preferred_batch_sizes=(4,),
+                          max_queue_delay_us=delay_us, instance_count=2)
+        return simulate(config, service, ClosedLoad(8, think_ms=2.0, think_cv=cv),
+                        requests=8000, seed=3)
+
+    assert run(1000, 0.0).throughput_per_s == pytest.approx(
+        run(5000, 0.0).throughput_per_s, rel=0.01)
+    short, long = run(1000, 0.3), run(5000, 0.3)
+    assert long.avg_batch_size > short.avg_batch_size * 1.05
+    assert long.throughput_per_s > short.throughput_per_s * 1.03
+
+
 @pytest.mark.parametrize("field_name,value", [("client_ms", -1.0), ("think_cv", float("nan"))])
 def test_client_station_inputs_are_validated(field_name: str, value: float) -> None:
     with pytest.raises(ValueError, match=field_name):
