@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from selenium.common.exceptions import NoAlertPresentException
 
 from collector.store import Store
 from tests.browser.seed import Load, model_config, scrape_ok, steady_load, store_recommendation
@@ -60,6 +61,20 @@ def _browser_installed() -> None:
     if missing:
         pytest.fail(f"{' and '.join(missing)} not found: run `make system-deps` (Debian "
                     f"packages chromium chromium-driver)", pytrace=False)
+
+
+def no_alert(driver) -> bool:  # type: ignore[no-untyped-def]
+    """True when no JavaScript alert is open (a name rendered as HTML would open one)."""
+    try:
+        driver.switch_to.alert  # noqa: B018 (raises when no alert is open)
+    except NoAlertPresentException:
+        return True
+    return False
+
+
+def severe_logs(dash_duo) -> list[dict]:  # type: ignore[no-untyped-def]
+    """The browser console's errors."""
+    return [entry for entry in (dash_duo.get_logs() or []) if entry.get("level") == "SEVERE"]
 
 
 BATCHED = model_config("batched", batching=True, preferred=(8, 16), delay_us=2000)

@@ -7,30 +7,17 @@ import time
 from urllib.parse import urlencode
 
 from dash.testing.wait import until
-from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 
 from collector.store import Store
 from dashboard import ids
 from dashboard.app import create_app
-from tests.browser.conftest import loads
+from tests.browser.conftest import loads, no_alert, severe_logs
 from tests.browser.seed import scrape_ok, steady_load
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 # Slow refresh: the tests read the page the first tick drew.
 REFRESH_S = 60.0
-
-
-def _no_alert(driver) -> bool:  # type: ignore[no-untyped-def]
-    try:
-        driver.switch_to.alert  # noqa: B018 (raises when no alert is open)
-    except NoAlertPresentException:
-        return True
-    return False
-
-
-def _severe_logs(dash_duo) -> list[dict]:  # type: ignore[no-untyped-def]
-    return [entry for entry in (dash_duo.get_logs() or []) if entry.get("level") == "SEVERE"]
 
 
 def test_overview_lists_both_models_with_their_batch_sizes(dash_duo, seeded_store,
@@ -55,7 +42,7 @@ def test_overview_lists_both_models_with_their_batch_sizes(dash_duo, seeded_stor
     dash_duo.wait_for_text_to_equal(f"#{ids.Overview.MODELS} a.model-link", "unbatched",
                                     timeout=20)
     assert len(dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")) == 1
-    assert _severe_logs(dash_duo) == []
+    assert severe_logs(dash_duo) == []
 
 
 def test_a_model_named_like_html_is_shown_as_text(dash_duo, seeded_store, screenshot) -> None:
@@ -64,7 +51,7 @@ def test_a_model_named_like_html_is_shown_as_text(dash_duo, seeded_store, screen
     links = [a.text for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")]
     assert HOSTILE in links
     assert dash_duo.driver.find_elements(By.TAG_NAME, "img") == []
-    assert _no_alert(dash_duo.driver)
+    assert no_alert(dash_duo.driver)
     screenshot("overview-hostile-name")
 
     # Its model page: the name is the heading's text, and still no image element.
@@ -75,7 +62,7 @@ def test_a_model_named_like_html_is_shown_as_text(dash_duo, seeded_store, screen
     dash_duo.wait_for_element(f"#{ids.Model.QPS} .scatterlayer .trace", timeout=20)
     dash_duo.wait_for_contains_text(f"#{ids.Model.CONFIG}", "max_batch_size", timeout=20)
     assert dash_duo.driver.find_elements(By.TAG_NAME, "img") == []
-    assert _no_alert(dash_duo.driver)
+    assert no_alert(dash_duo.driver)
     screenshot("model-hostile-name")
 
 
@@ -105,7 +92,7 @@ def test_the_model_page_draws_its_graphs(dash_duo, seeded_store, screenshot) -> 
     dash_duo.wait_for_style_to_equal(f"#{ids.Model.QPS} .gtitle", "fill", "rgb(27, 36, 48)",
                                      timeout=20)
     screenshot("model-page-light")
-    assert _severe_logs(dash_duo) == []
+    assert severe_logs(dash_duo) == []
 
 
 def test_an_unreachable_store_shows_a_banner_not_a_stack_trace(dash_duo, tmp_path,
@@ -142,7 +129,7 @@ def test_findings_page_filters_and_links_to_the_model(dash_duo, seeded_store,
     dash_duo.wait_for_contains_text(f"#{ids.Findings.LIST}", "run one at a time", timeout=20)
     dash_duo.find_element(f"#{ids.Findings.LIST} a.model-link").click()
     dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", "unbatched", timeout=20)
-    assert _severe_logs(dash_duo) == []
+    assert severe_logs(dash_duo) == []
 
 
 def test_devices_page_draws_or_says_why_not(dash_duo, seeded_store, screenshot) -> None:
@@ -154,7 +141,7 @@ def test_devices_page_draws_or_says_why_not(dash_duo, seeded_store, screenshot) 
     assert "GPU / MIG utilisation" in dash_duo.find_element(f"#{ids.Devices.HEATMAP}").text
     assert dash_duo.find_element(".range-current").text == "5m"
     screenshot("devices-empty")
-    assert _severe_logs(dash_duo) == []
+    assert severe_logs(dash_duo) == []
 
 
 def _model_links(dash_duo) -> list[str]:  # type: ignore[no-untyped-def]

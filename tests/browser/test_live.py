@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions
@@ -30,6 +29,7 @@ from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer
 from dashboard import ids
 from dashboard.app import create_app
+from tests.browser.conftest import no_alert, severe_logs
 
 ADMIN_PASSWORD = "admin-secret-1"
 VIEWER_PASSWORD = "viewer-secret-2"
@@ -105,18 +105,6 @@ def _sign_in(dash_duo, password: str, path: str = "/") -> None:  # type: ignore[
     dash_duo.wait_for_element("#react-entry-point", timeout=20)
 
 
-def _no_alert(driver) -> bool:  # type: ignore[no-untyped-def]
-    try:
-        driver.switch_to.alert  # noqa: B018 (raises when no alert is open)
-    except NoAlertPresentException:
-        return True
-    return False
-
-
-def _severe_logs(dash_duo) -> list[dict]:  # type: ignore[no-untyped-def]
-    return [entry for entry in (dash_duo.get_logs() or []) if entry.get("level") == "SEVERE"]
-
-
 def _live_config(live: Live, model: str) -> dict:
     with urllib.request.urlopen(f"{live.server.http_url}/v2/models/{model}/config",
                                 timeout=10) as response:
@@ -175,7 +163,7 @@ def test_overview_lists_both_models_from_the_real_collection(dash_duo, live: Liv
     dash_duo.wait_for_element(f"#{ids.Model.DISTRIBUTION} .barlayer .trace", timeout=30)
     dash_duo.wait_for_contains_text(f"#{ids.Model.FINDINGS}", "batching off", timeout=30)
     screenshot("live-model-page")
-    assert _severe_logs(dash_duo) == []
+    assert severe_logs(dash_duo) == []
 
 
 def test_what_if_slider_changes_the_predicted_curve(dash_duo, live: Live,  # type: ignore[no-untyped-def]
@@ -204,7 +192,7 @@ def test_what_if_slider_changes_the_predicted_curve(dash_duo, live: Live,  # typ
         lambda _d: dash_duo.find_element(f"#{ids.Recs.WHAT_IF_SUMMARY}").text != summary_before)
     assert "1 instance(s)" in dash_duo.find_element(f"{graph} .gtitle").text
     screenshot("what-if-after")
-    assert _severe_logs(dash_duo) == []
+    assert severe_logs(dash_duo) == []
 
 
 def test_admin_apply_changes_the_live_config_and_a_viewer_cannot(dash_duo, live: Live,  # type: ignore[no-untyped-def]
@@ -245,7 +233,7 @@ def test_a_model_named_like_html_is_shown_as_text(dash_duo, live: Live,  # type:
     dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", HOSTILE, timeout=30)
     driver = dash_duo.driver
     assert driver.find_elements(By.TAG_NAME, "img") == []
-    assert _no_alert(driver)
+    assert no_alert(driver)
     screenshot("live-overview-hostile-name")
 
     link = next(a for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")
@@ -254,7 +242,7 @@ def test_a_model_named_like_html_is_shown_as_text(dash_duo, live: Live,  # type:
     dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", HOSTILE, timeout=30)
     dash_duo.wait_for_element(f"#{ids.Model.QPS} .scatterlayer .trace", timeout=30)
     assert driver.find_elements(By.TAG_NAME, "img") == []
-    assert _no_alert(driver)
+    assert no_alert(driver)
     screenshot("live-model-hostile-name")
 
     driver.get(dash_duo.server.url + "/findings?state=all")
@@ -262,5 +250,5 @@ def test_a_model_named_like_html_is_shown_as_text(dash_duo, live: Live,  # type:
     driver.get(dash_duo.server.url + "/devices?range=5m")
     dash_duo.wait_for_element(f"#{ids.Devices.PROCESSES} .js-plotly-plot", timeout=30)
     assert driver.find_elements(By.TAG_NAME, "img") == []
-    assert _no_alert(driver)
-    assert _severe_logs(dash_duo) == []
+    assert no_alert(driver)
+    assert severe_logs(dash_duo) == []
