@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from dash.testing.wait import until
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -68,22 +68,27 @@ def test_demo_shows_a_finding_and_a_recommendation_within_a_minute(
             return max(deadline - time.monotonic(), 1.0)
 
         driver = dash_duo.driver
+
+        def wait(condition):  # type: ignore[no-untyped-def]
+            # The pages redraw on every refresh: an element read mid-redraw is stale.
+            return WebDriverWait(driver, left(), poll_frequency=1.0,
+                                 ignored_exceptions=(StaleElementReferenceException,)
+                                 ).until(condition)
+
         driver.get(url)
         # The overview refreshes itself: the finding's badge appears on the model's row.
-        WebDriverWait(driver, left(), poll_frequency=1.0).until(
-            lambda d: "batching off" in _overview_badges(d).get("unbatched", ""))
+        wait(lambda d: "batching off" in _overview_badges(d).get("unbatched", ""))
         screenshot("demo-overview")
         driver.get(url.rstrip("/") + "/recommendations")
-        item = WebDriverWait(driver, left(), poll_frequency=1.0).until(
-            lambda d: next((a for a in d.find_elements(By.CSS_SELECTOR, "a.rec-item")
-                            if a.find_element(By.CSS_SELECTOR, ".rec-model").text
-                            == "unbatched"), False))
-        item.click()
+        href = wait(lambda d: next((a.get_attribute("href")
+                                    for a in d.find_elements(By.CSS_SELECTOR, "a.rec-item")
+                                    if a.find_element(By.CSS_SELECTOR, ".rec-model").text
+                                    == "unbatched"), False))
+        driver.get(href)
         # Its detail proposes dynamic batching for the model that runs without it.
-        until(lambda: dash_duo.find_element(f"#{ids.Recs.DETAIL} h2").text.startswith(
-            "unbatched on "), timeout=left())
-        dash_duo.wait_for_contains_text(f"#{ids.Recs.DETAIL}", "dynamic_batching",
-                                        timeout=left())
+        wait(lambda d: d.find_element(By.CSS_SELECTOR, f"#{ids.Recs.DETAIL} h2").text
+             .startswith("unbatched on "))
+        wait(lambda d: "dynamic_batching" in d.find_element(By.ID, ids.Recs.DETAIL).text)
         print(f"\nthe UI showed the finding and the recommendation after "
               f"{time.monotonic() - shown_at:.0f} s")
         screenshot("demo-recommendations")
