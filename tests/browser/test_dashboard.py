@@ -7,6 +7,7 @@ import time
 from urllib.parse import urlencode
 
 from dash.testing.wait import until
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 from collector.store import Store
@@ -145,7 +146,14 @@ def test_devices_page_draws_or_says_why_not(dash_duo, seeded_store, screenshot) 
 
 
 def _model_links(dash_duo) -> list[str]:  # type: ignore[no-untyped-def]
-    return [a.text for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")]
+    # A live refresh may redraw the table between finding a link and reading it.
+    for _ in range(5):
+        try:
+            return [a.text for a in
+                    dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")]
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError("the models table kept redrawing")
 
 
 def test_live_refresh_pauses_while_the_tab_is_hidden(dash_duo, seeded_store,
