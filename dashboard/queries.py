@@ -1174,22 +1174,24 @@ def _devices(store: Store, *, since: float, until: float, name: str,
     raw = store.device_samples(since=raw_since, until=until)
     for d in raw:
         labels[(d.target, d.sample.uuid)] = _device_label(d.target, d.sample)
+    def add(label: str, kind: str, at: float, sm_active: float | None,
+            utilisation: float | None, memory_bytes: float | None,
+            watts: float | None) -> None:
+        # SM activity (GPM) when read, else the coarser utilisation counter.
+        device_util.append((label, kind, at, sm_active if sm_active is not None
+                            else utilisation))
+        if memory_bytes is not None:
+            memory.append((label, kind, at, memory_bytes / 1e9))
+        power.append((label, kind, at, watts))
+
     for r in rollups:
-        label = labels.get((r.target, r.uuid), f"{r.target} · {r.kind} ({r.uuid[-8:]})")
-        at = r.bucket_start + r.bucket_s / 2
-        util = r.sm_active_pct if r.sm_active_pct is not None else r.utilization_gpu_pct
-        device_util.append((label, r.kind, at, util))
-        if r.memory_used_bytes is not None:
-            memory.append((label, r.kind, at, r.memory_used_bytes / 1e9))
-        power.append((label, r.kind, at, r.power_w))
+        add(labels.get((r.target, r.uuid), f"{r.target} · {r.kind} ({r.uuid[-8:]})"), r.kind,
+            r.bucket_start + r.bucket_s / 2, r.sm_active_pct, r.utilization_gpu_pct,
+            r.memory_used_bytes, r.power_w)
     for d in raw:
         s = d.sample
-        label = labels[(d.target, s.uuid)]
-        util = s.sm_active_pct if s.sm_active_pct is not None else s.utilization_gpu_pct
-        device_util.append((label, s.kind, d.collected_at, util))
-        if s.memory_used_bytes is not None:
-            memory.append((label, s.kind, d.collected_at, s.memory_used_bytes / 1e9))
-        power.append((label, s.kind, d.collected_at, s.power_w))
+        add(labels[(d.target, s.uuid)], s.kind, d.collected_at, s.sm_active_pct,
+            s.utilization_gpu_pct, s.memory_used_bytes, s.power_w)
 
     process_since = max(since, until - RAW_FALLBACK_S)
     # Process buckets count from ``since`` so their cells line up with the devices'.
