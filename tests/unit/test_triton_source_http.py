@@ -486,6 +486,6 @@ def test_registered_factory_builds_a_source_from_settings() -> None:
     try:
         assert isinstance(src, TritonSource)
         assert (src.name, src.target) == ("triton", "t")
-        assert (src._timeout_s, src._max_response_bytes) == (1.5, 4096)
+        assert (src._http.timeout_s, src._http.max_response_bytes) == (1.5, 4096)
     finally:
         src.close()

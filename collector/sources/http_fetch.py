@@ -1,0 +1,236 @@
+"""One bounded HTTP GET, the *fetch* step of an HTTP source.
+
+``HttpFetcher.get`` reads one URL with connect and read timeouts, a total deadline and
+a cap on the body, and turns every failure into the ``collector.errors.CollectError``
+that says why: ``TargetDown``, ``TargetTimeout``, ``TargetHTTPError``,
+``ResponseTooLarge`` or ``ParseError`` (an undecodable body). Nothing in it is specific
+to Triton, so any source that scrapes an HTTP endpoint can use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Generator
+
+import requests
+import urllib3.exceptions
+
+from collector.errors import (
+    CollectError,
+    ParseError,
+    ResponseTooLarge,
+    TargetDown,
+    TargetHTTPError,
+    TargetTimeout,
+)
+
+__all__ = ["HttpFetcher", "MIB"]
+
+MIB = 1024 * 1024
+_READ_CHUNK = 64 * 1024
+_ERROR_EXCERPT_BYTES = 512
+_ERROR_EXCERPT_CHARS = 200
+
+
+class HttpFetcher:
+    """Bounded GETs over one ``requests`` session.
+
+    ``session`` is owned by the fetcher from then on: ``close()`` closes it. Without
+    one, a session that ignores the environment is made: a scrape goes exactly where
+    the settings say, with no proxies or netrc. Pass a session of your own to get them.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float,
+        max_response_bytes: int,
+        session: requests.Session | None = None,
+    ) -> None:
+        if session is None:
+            session = requests.Session()
+            session.trust_env = False
+        self._session = session
+        self.timeout_s = timeout_s
+        self.max_response_bytes = max_response_bytes
+
+    def close(self) -> None:
+        self._session.close()
+
+    def get(self, url: str, who: str) -> bytes:
+        """GET ``url`` and return its body, or raise the ``CollectError`` that says why not.
+
+        ``who`` names the endpoint's owner in messages (``target 'a'``). The connect
+        timeout and the read timeout (the longest wait for any one read) are both
+        ``timeout_s``; on top of them the body must be complete within ``timeout_s`` of
+        the request's start, so a server that drips bytes cannot hold a collection for
+        long. The wait for the response *headers* is bounded by the read timeout per
+        read only (requests offers no hook before the headers).
+        """
+        deadline = time.monotonic() + self.timeout_s
+        where = f"GET {url} ({who})"
+        try:
+            response = self._session.get(
+                url,
+                timeout=(self.timeout_s, self.timeout_s),
+                stream=True,
+                # Uncompressed, so the byte cap is a cap on what we hold in memory.
+                headers={"Accept-Encoding": "identity"},
+            )
+        except requests.exceptions.Timeout as exc:  # ConnectTimeout and ReadTimeout
+            raise TargetTimeout(f"timed out after {self.timeout_s:g} s: {where}") from exc
+        except requests.exceptions.ConnectionError as exc:
+            raise TargetDown(f"connection failed: {where}: {_reason(exc)}") from exc
+        except requests.exceptions.RequestException as exc:
+            raise CollectError(f"request failed: {where}: {_reason(exc)}") from exc
+        with response:
+            body = self._body(response, deadline, where)
+            # The whole body was read: hand the connection back to the pool for reuse
+            # (closing the response would otherwise close it).
+            release = getattr(response.raw, "release_conn", None)
+            if release is not None:
+                release()
+            return body
+
+    def _body(self, response: requests.Response, deadline: float, where: str) -> bytes:
+        """The body of a 2xx response within the cap; every failure as a ``CollectError``."""
+        try:
+            if not 200 <= response.status_code < 300:
+                excerpt = self._error_excerpt(response, deadline, where)
+                raise TargetHTTPError(
+                    f"HTTP {response.status_code} {response.reason or ''}".rstrip()
+                    + f": {where}"
+                    + (f": {excerpt}" if excerpt else ""),
+                    status=response.status_code,
+                )
+            declared = _content_length(response)
+            if declared is not None and declared > self.max_response_bytes:
+                raise ResponseTooLarge(
+                    f"response of {declared} bytes exceeds the cap of "
+                    f"{self.max_response_bytes} bytes: {where}"
+                )
+            body = self._read(response, deadline, self.max_response_bytes, where)
+            if len(body) > self.max_response_bytes:
+                raise ResponseTooLarge(
+                    f"response exceeds the cap of {self.max_response_bytes} bytes: {where}"
+                )
+            return body
+        except (urllib3.exceptions.ReadTimeoutError, requests.exceptions.Timeout) as exc:
+            raise TargetTimeout(f"timed out after {self.timeout_s:g} s: {where}") from exc
+        except (
+            urllib3.exceptions.DecodeError,
+            requests.exceptions.ContentDecodingError,
+        ) as exc:
+            raise ParseError(f"undecodable response body: {where}: {_reason(exc)}") from exc
+        except (
+            urllib3.exceptions.HTTPError,
+            requests.exceptions.RequestException,
+            OSError,
+        ) as exc:
+            # A reset, or a close before the declared length: the server went away.
+            raise TargetDown(f"connection broken while reading: {where}: {_reason(exc)}") from exc
+
+    def _error_excerpt(self, response: requests.Response, deadline: float, where: str) -> str:
+        """The start of an error body, best effort: a status is reason enough to fail,
+        and an unreadable error page must not turn it into a different error."""
+        try:
+            return _excerpt(self._read(response, deadline, _ERROR_EXCERPT_BYTES, where))
+        except (
+            CollectError,
+            urllib3.exceptions.HTTPError,
+            requests.exceptions.RequestException,
+            OSError,
+        ):
+            return ""
+
+    def _read(self, response: requests.Response, deadline: float, limit: int, where: str) -> bytes:
+        """Read the body until its end or until more than ``limit`` bytes are in hand
+        (then at most one chunk more than ``limit`` is returned: the caller decides
+        whether that is an error or an excerpt). Raises ``TargetTimeout`` past
+        ``deadline``."""
+        chunks: list[bytes] = []
+        total = 0
+        # closing(): leaving early must still run _chunks' cleanup (socket timeout) now.
+        with contextlib.closing(self._chunks(response, deadline, where)) as stream:
+            for chunk in stream:
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > limit:
+                    break
+                if time.monotonic() >= deadline:
+                    raise self._incomplete(where)
+        return b"".join(chunks)
+
+    def _chunks(
+        self, response: requests.Response, deadline: float, where: str
+    ) -> Generator[bytes, None, None]:
+        raw = response.raw
+        read1 = getattr(raw, "read1", None)
+        if read1 is None:
+            # Not a urllib3 >= 2 response (an older urllib3, a test adapter): chunk by
+            # chunk, with the deadline checked between chunks only.
+            yield from response.iter_content(_READ_CHUNK)
+            return
+        sock = _socket_of(raw)
+        saved = sock.gettimeout() if sock is not None else None
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise self._incomplete(where)
+                if sock is not None:
+                    # read1 makes at most one recv, so clipping the socket timeout to
+                    # what is left of the deadline bounds the whole read by it.
+                    sock.settimeout(min(self.timeout_s, remaining))
+                chunk = read1(_READ_CHUNK, decode_content=True)
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            if sock is not None:
+                with contextlib.suppress(OSError):  # closed already: nothing to restore
+                    sock.settimeout(saved)
+
+    def _incomplete(self, where: str) -> TargetTimeout:
+        return TargetTimeout(f"response not complete within {self.timeout_s:g} s: {where}")
+
+
+def _excerpt(body: bytes) -> str:
+    """The start of an error body on one line, for a message."""
+    text = " ".join(body.decode("utf-8", errors="replace").split())
+    return text[:_ERROR_EXCERPT_CHARS]
+
+
+def _content_length(response: requests.Response) -> int | None:
+    value = response.headers.get("Content-Length")
+    if value is None or response.headers.get("Content-Encoding", "identity") != "identity":
+        return None  # an encoded length says nothing about the decoded size
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _socket_of(raw: object) -> socket.socket | None:
+    # urllib3 2.x keeps the connection on the response while it is being read.
+    connection = getattr(raw, "connection", None)
+    sock = getattr(connection, "sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause of a requests/urllib3 error, in one short line: their own
+    messages repeat the pool and the URL, which the caller already names."""
+    inner: BaseException = exc
+    for _ in range(8):  # bounded: a cause chain could, in principle, loop
+        # urllib3 keeps the cause in .reason (MaxRetryError) or among the args
+        # (requests' ConnectionError(MaxRetryError), ProtocolError(text, cause)).
+        causes = [getattr(inner, "reason", None), *reversed(inner.args)]
+        nxt = next((c for c in causes if isinstance(c, BaseException) and c is not inner), None)
+        if nxt is None:
+            break
+        inner = nxt
+    text = " ".join(str(inner).split()) or type(inner).__name__
+    return text[:_ERROR_EXCERPT_CHARS]

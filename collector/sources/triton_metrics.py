@@ -1,0 +1,263 @@
+"""Triton's metrics page -> records: the *map* step of the ``triton`` source.
+
+``map_metrics`` is pure: it takes the neutral families of
+``collector.sources.exposition.parse_exposition`` and returns ``ModelMetrics`` per
+(model, version), ``DeviceSample`` per GPU and ``ServerMetrics``. Families it does not
+know are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from collector.errors import ParseError
+from collector.records import DeviceSample, ModelMetrics, ServerMetrics
+from collector.sources.exposition import ExpositionSample, MetricFamily, parse_exposition
+
+__all__ = ["REQUEST_SUMMARY", "TritonMetrics", "map_metrics", "parse_metrics"]
+
+# Per-model counters summed over every series of a (model, version): Triton keeps one
+# series per reporter -- one per GPU for KIND_GPU instances (label gpu_uuid) plus a
+# model-level one without gpu_uuid -- and the model's total is their sum.
+_MODEL_COUNTERS: dict[str, str] = {
+    "nv_inference_request_success": "request_success",
+    "nv_inference_count": "inference_count",
+    "nv_inference_exec_count": "exec_count",
+    "nv_inference_request_duration_us": "request_duration_us",
+    "nv_inference_queue_duration_us": "queue_duration_us",
+    "nv_inference_compute_input_duration_us": "compute_input_duration_us",
+    "nv_inference_compute_infer_duration_us": "compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us": "compute_output_duration_us",
+}
+# Families that exist only for some models or versions (the cache ones only when the
+# response cache is on): summed like the counters, but None when absent.
+_MODEL_OPTIONAL_SUMS: dict[str, str] = {
+    "nv_inference_pending_request_count": "pending_request_count",
+    "nv_cache_num_hits_per_model": "cache_hit_count",
+    "nv_cache_num_misses_per_model": "cache_miss_count",
+    "nv_cache_hit_duration_per_model": "cache_hit_duration_us",
+    "nv_cache_miss_duration_per_model": "cache_miss_duration_us",
+}
+_MODEL_SUMS = {**_MODEL_COUNTERS, **_MODEL_OPTIONAL_SUMS}
+# A load time is one duration, not an amount: every reporter of the model carries the
+# gauge, so the largest series is the model's load time (a sum could double it).
+_MODEL_OPTIONAL_MAX: dict[str, str] = {
+    "nv_model_load_duration_secs": "load_duration_s",
+}
+_FAILURE_FAMILY = "nv_inference_request_failure"
+# Triton before 23.x had no reason label on failures.
+_FAILURE_REASON_MISSING = "UNSPECIFIED"
+_SUMMARY_PREFIXES = ("nv_inference_", "nv_cache_")
+# Triton's end-to-end request latency summary (``summary_latencies=true``), in µs.
+REQUEST_SUMMARY = "nv_inference_request_summary_us"
+
+_GPU_FAMILIES: dict[str, str] = {
+    "nv_gpu_utilization": "utilization_ratio",
+    "nv_gpu_memory_total_bytes": "memory_total_bytes",
+    "nv_gpu_memory_used_bytes": "memory_used_bytes",
+    "nv_gpu_power_usage": "power_w",
+    "nv_gpu_power_limit": "power_limit_w",
+    "nv_energy_consumption": "energy_j",
+}
+_SERVER_FAMILIES: dict[str, str] = {
+    "nv_cpu_utilization": "cpu_utilization",
+    "nv_cpu_memory_total_bytes": "cpu_memory_total_bytes",
+    "nv_cpu_memory_used_bytes": "cpu_memory_used_bytes",
+    "nv_pinned_memory_pool_total_bytes": "pinned_memory_pool_total_bytes",
+    "nv_pinned_memory_pool_used_bytes": "pinned_memory_pool_used_bytes",
+}
+
+@dataclass(frozen=True)
+class TritonMetrics:
+    """What ``map_metrics`` makes of one metrics page."""
+
+    models: tuple[ModelMetrics, ...] = ()
+    gpus: tuple[DeviceSample, ...] = ()
+    server: ServerMetrics | None = None
+
+
+@dataclass
+class _ModelAccumulator:
+    sums: dict[str, float] = field(default_factory=dict)
+    failures: dict[str, float] = field(default_factory=dict)
+    quantiles: dict[str, dict[float, float]] = field(default_factory=dict)
+    buckets: dict[str, dict[float, float]] = field(default_factory=dict)
+
+    def add(self, field_name: str, value: float) -> None:
+        self.sums[field_name] = self.sums.get(field_name, 0.0) + value
+
+    def maximum(self, field_name: str, value: float) -> None:
+        self.sums[field_name] = max(self.sums.get(field_name, value), value)
+
+
+def parse_metrics(text: str) -> TritonMetrics:
+    """Parse and map one Triton metrics page. Raises ``ParseError``."""
+    return map_metrics(parse_exposition(text))
+
+
+def map_metrics(families: Mapping[str, MetricFamily]) -> TritonMetrics:
+    """Map parsed families to records. Pure; families it does not know are ignored.
+
+    - ``ModelMetrics`` per (model, version), sorted, summed over ``gpu_uuid`` and any
+      other extra label (``namespace``, ``metric_tags`` labels ``_*``);
+    - one ``DeviceSample(source="triton")`` per ``gpu_uuid`` of the ``nv_gpu_*``
+      families, in order of first appearance (empty when Triton exports none, as with
+      MIG or a foreign DCGM agent);
+    - ``ServerMetrics`` from ``nv_cpu_*``/``nv_pinned_*``, or None when none is present.
+
+    Summary quantiles that are NaN (no observation in the window) are left out. When a
+    summary is split over several GPUs, the largest per-GPU quantile is kept: the
+    quantile of the merged distribution is never above it, so it is a safe upper bound.
+    """
+    models: dict[tuple[str, str], _ModelAccumulator] = {}
+    for family in families.values():
+        fold = _fold_for(family)
+        if fold is None:
+            continue
+        for sample in family.samples:
+            name = sample.labels.get("model")
+            if name is None:
+                continue  # not a per-model series; nothing to attribute it to
+            # Any series of a model makes it known, even one that adds nothing (a NaN,
+            # a summary's _count): the model then shows with zero counters.
+            acc = models.setdefault((name, sample.labels.get("version", "")), _ModelAccumulator())
+            if not math.isnan(sample.value):
+                fold(acc, family.name, sample)
+    return TritonMetrics(
+        models=tuple(
+            _model_metrics(model, version, acc) for (model, version), acc in sorted(models.items())
+        ),
+        gpus=_gpu_samples(families),
+        server=_server_metrics(families),
+    )
+
+
+# How one (non-NaN) sample of a per-model family adds to its model's accumulator.
+_Fold = Callable[[_ModelAccumulator, str, ExpositionSample], None]
+
+
+def _fold_for(family: MetricFamily) -> _Fold | None:
+    """The fold for ``family``'s samples, or None for a family that is not per-model."""
+    name = family.name
+    if name in _MODEL_SUMS:
+        return _add_to_sum
+    if name in _MODEL_OPTIONAL_MAX:
+        return _keep_max
+    if name == _FAILURE_FAMILY:
+        return _add_failure
+    if name.startswith(_SUMMARY_PREFIXES):
+        if family.type == "summary":
+            return _keep_quantile
+        if family.type == "histogram":
+            return _add_bucket
+    return None
+
+
+def _add_to_sum(acc: _ModelAccumulator, family: str, sample: ExpositionSample) -> None:
+    if sample.suffix == "":
+        acc.add(_MODEL_SUMS[family], sample.value)
+
+
+def _keep_max(acc: _ModelAccumulator, family: str, sample: ExpositionSample) -> None:
+    if sample.suffix == "":
+        acc.maximum(_MODEL_OPTIONAL_MAX[family], sample.value)
+
+
+def _add_failure(acc: _ModelAccumulator, family: str, sample: ExpositionSample) -> None:
+    if sample.suffix == "":
+        reason = sample.labels.get("reason", _FAILURE_REASON_MISSING)
+        acc.failures[reason] = acc.failures.get(reason, 0.0) + sample.value
+
+
+def _keep_quantile(acc: _ModelAccumulator, family: str, sample: ExpositionSample) -> None:
+    quantile = sample.labels.get("quantile")
+    if sample.suffix != "" or quantile is None:
+        return
+    q = _number_label(family, "quantile", quantile)
+    per_q = acc.quantiles.setdefault(family, {})
+    per_q[q] = max(per_q.get(q, sample.value), sample.value)
+
+
+def _add_bucket(acc: _ModelAccumulator, family: str, sample: ExpositionSample) -> None:
+    bound = sample.labels.get("le")
+    if sample.suffix != "_bucket" or bound is None:
+        return
+    le = _number_label(family, "le", bound)  # "+Inf" parses as inf
+    # Buckets are cumulative counts, so series of several GPUs add up.
+    per_le = acc.buckets.setdefault(family, {})
+    per_le[le] = per_le.get(le, 0.0) + sample.value
+
+
+def _number_label(family: str, label: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError as exc:
+        raise ParseError(f"{family}: {label} label {text!r} is not a number") from exc
+
+
+def _model_metrics(model: str, version: str, acc: _ModelAccumulator) -> ModelMetrics:
+    # Counters default to 0 (a model without a series has counted nothing); the
+    # optional families to None (not exported for this model).
+    amounts: dict[str, Any] = {f: acc.sums.get(f, 0.0) for f in _MODEL_COUNTERS.values()}
+    for f in (*_MODEL_OPTIONAL_SUMS.values(), *_MODEL_OPTIONAL_MAX.values()):
+        amounts[f] = acc.sums.get(f)
+    return ModelMetrics(
+        model=model,
+        version=version,
+        request_failure_by_reason=dict(acc.failures),
+        summary_quantiles_us={fam: dict(sorted(qs.items())) for fam, qs in acc.quantiles.items()},
+        histogram_buckets={fam: dict(sorted(bs.items())) for fam, bs in acc.buckets.items()},
+        **amounts,
+    )
+
+
+def _gpu_samples(families: Mapping[str, MetricFamily]) -> tuple[DeviceSample, ...]:
+    # GPUs in the order Triton lists them (nv_gpu_utilization first); a GPU missing
+    # from that family still gets a sample from the others.
+    readings: dict[str, dict[str, float]] = {}
+    for name, target in _GPU_FAMILIES.items():
+        family = families.get(name)
+        if family is None:
+            continue
+        for s in family.samples:
+            uuid = s.labels.get("gpu_uuid")
+            if uuid is None or s.suffix != "":
+                continue
+            per_gpu = readings.setdefault(uuid, {})
+            if not math.isnan(s.value):
+                per_gpu[target] = s.value
+    return tuple(_device_sample(uuid, r) for uuid, r in readings.items())
+
+
+def _device_sample(uuid: str, r: Mapping[str, float]) -> DeviceSample:
+    util = r.get("utilization_ratio")
+    used = r.get("memory_used_bytes")
+    total = r.get("memory_total_bytes")
+    return DeviceSample(
+        source="triton",
+        uuid=uuid,
+        kind="gpu",
+        utilization_gpu_pct=None if util is None else util * 100.0,
+        memory_used_bytes=None if used is None else int(used),
+        memory_total_bytes=None if total is None else int(total),
+        power_w=r.get("power_w"),
+        power_limit_w=r.get("power_limit_w"),
+        energy_j=r.get("energy_j"),
+    )
+
+
+def _server_metrics(families: Mapping[str, MetricFamily]) -> ServerMetrics | None:
+    values: dict[str, float] = {}
+    for name, target in _SERVER_FAMILIES.items():
+        family = families.get(name)
+        if family is None:
+            continue
+        for s in family.samples:
+            # Server-wide gauges have one unlabelled series; take the first value one.
+            if s.suffix == "" and not math.isnan(s.value):
+                values[target] = s.value
+                break
+    return ServerMetrics(**values) if values else None
