@@ -23,6 +23,8 @@ __all__ = [
     "ModelConfig",
     "ModelMetrics",
     "ModelSample",
+    "HostFacts",
+    "ModelPeaks",
     "ModelRates",
     "ModelStats",
     "ProcessSample",
@@ -212,6 +214,16 @@ class ProcessSample:
     gpu_memory_bytes: int | None = None
 
 
+@dataclass(frozen=True)
+class HostFacts:
+    """Facts about the machine a target runs on, read by the host source once per tick
+    (the analysis must not use the facts of whatever machine runs batchscope)."""
+
+    target: str
+    collected_at: float
+    cpu_count: int
+
+
 # --------------------------------------------------------------------------- envelopes
 
 
@@ -262,6 +274,33 @@ class ModelRates:
         if self.request_us_per_request is None:
             return 0.0
         return self.requests_per_s * self.request_us_per_request / 1e6
+
+    @property
+    def compute_us_per_request(self) -> float | None:
+        """Input + infer + output time per request; ``None`` when none of them is known."""
+        parts = [
+            v
+            for v in (
+                self.compute_input_us_per_request,
+                self.compute_infer_us_per_request,
+                self.compute_output_us_per_request,
+            )
+            if v is not None
+        ]
+        return sum(parts) if parts else None
+
+
+@dataclass(frozen=True)
+class ModelPeaks:
+    """The highest per-scrape rates of one (model, version) within a window (a rollup
+    bucket); ``None`` when no scrape in it had the figure."""
+
+    requests_per_s: float | None = None
+    avg_batch_size: float | None = None
+    queue_us_per_request: float | None = None
+    request_us_per_request: float | None = None
+    queue_share: float | None = None
+    busy_share: float | None = None
 
 
 @dataclass(frozen=True)

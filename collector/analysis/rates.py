@@ -8,21 +8,35 @@ the same assumption). No rate can then be negative, and none spikes.
 
 Window rates are ratios of summed increases (Σ Δqueue / Σ Δsuccess), never averages
 of per-pair ratios, so a quiet pair does not weigh as much as a busy one.
+
+This is the one module that turns counters into increases, increases into rates, and
+merges rates: over consecutive windows of one series (``merge_over_time``: rollups,
+chart buckets) and across series over one window (``merge_over_series``: the versions
+of a model). A merge turns each part back into its increases (``increase_from_rates``)
+and divides their sums again, so a merged rate is the rate over the whole, exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields, replace
 
-from collector.records import BatchStat, Duration, ModelRates, ModelSample
+from collector.records import BatchStat, Duration, ModelPeaks, ModelRates, ModelSample
 
 __all__ = [
     "CounterIncrease",
     "batch_stats_increase",
+    "bucket_rates",
     "counter_increase",
+    "gauge_max",
+    "gauge_mean",
+    "increase_from_rates",
     "is_reset",
+    "merge_over_series",
+    "merge_over_time",
     "metrics_reset",
+    "peak_rates",
     "rates_between",
     "rates_from_increase",
     "stats_reset",
@@ -45,6 +59,11 @@ class CounterIncrease:
     compute_infer_duration_us: float = 0.0
     compute_output_duration_us: float = 0.0
     batch_compute_ns: float | None = None  # from statistics-API batch_stats, when present
+    # Busy seconds per model instance, and the seconds they were measured over: what a
+    # busy share turns back into (``increase_from_rates``) when the batch times and the
+    # instance count behind it are gone.
+    busy_instance_s: float | None = None
+    busy_window_s: float = 0.0
     resets: int = 0
 
     def add(self, other: CounterIncrease) -> None:
@@ -61,6 +80,9 @@ class CounterIncrease:
         self.compute_output_duration_us += other.compute_output_duration_us
         if other.batch_compute_ns is not None:
             self.batch_compute_ns = (self.batch_compute_ns or 0.0) + other.batch_compute_ns
+        if other.busy_instance_s is not None:
+            self.busy_instance_s = (self.busy_instance_s or 0.0) + other.busy_instance_s
+            self.busy_window_s += other.busy_window_s
         self.resets += other.resets
 
 
@@ -163,6 +185,8 @@ def rates_from_increase(inc: CounterIncrease, *, instance_count: int | None) -> 
     busy = None
     if inc.batch_compute_ns is not None and instance_count and window > 0:
         busy = inc.batch_compute_ns / (window * 1e9 * instance_count)
+    elif inc.busy_instance_s is not None and inc.busy_window_s > 0:
+        busy = inc.busy_instance_s / inc.busy_window_s
     return ModelRates(
         window_s=window,
         requests_per_s=per_s(inc.request_success),
@@ -200,3 +224,112 @@ def window_rates(samples: Sequence[ModelSample], *,
         total.add(counter_increase(prev, cur))
     return rates_from_increase(total, instance_count=instance_count)
 
+
+
+# --------------------------------------------------------------------------- merging rates
+
+
+def increase_from_rates(r: ModelRates) -> CounterIncrease:
+    """The increases behind ``r`` over its window: the inverse of ``rates_from_increase``.
+
+    Per-request figures turn back into durations through the requests, the batch size
+    into inferences per execution, and the busy share into busy seconds per instance
+    (``busy_instance_s`` over ``busy_window_s``)."""
+    window = r.window_s
+    requests = r.requests_per_s * window
+
+    def per_request(value: float | None) -> float:
+        return value * requests if value is not None else 0.0
+
+    return CounterIncrease(
+        seconds=window,
+        request_success=requests,
+        failure_by_reason={reason: v * window for reason, v in r.fail_per_s_by_reason.items()},
+        inference_count=r.inferences_per_s * window,
+        exec_count=r.executions_per_s * window,
+        request_duration_us=per_request(r.request_us_per_request),
+        queue_duration_us=per_request(r.queue_us_per_request),
+        compute_input_duration_us=per_request(r.compute_input_us_per_request),
+        compute_infer_duration_us=per_request(r.compute_infer_us_per_request),
+        compute_output_duration_us=per_request(r.compute_output_us_per_request),
+        busy_instance_s=r.busy_share * window if r.busy_share is not None else None,
+        busy_window_s=window if r.busy_share is not None else 0.0,
+        resets=r.resets,
+    )
+
+
+def _merged(parts: Iterable[ModelRates], seconds: float) -> ModelRates:
+    total = CounterIncrease()
+    for part in parts:
+        inc = increase_from_rates(part)
+        inc.seconds = 0.0
+        total.add(inc)
+    total.seconds = seconds
+    return rates_from_increase(total, instance_count=None)
+
+
+def merge_over_time(parts: Sequence[ModelRates]) -> ModelRates | None:
+    """Rates of one series over the union of consecutive windows ``parts`` (e.g. the
+    scrapes in a rollup bucket): summed increases over the summed windows. Each average
+    comes out weighted as the whole-window figure: per-second rates and the busy share
+    by window length, per-request times by requests, the batch size by executions, the
+    queue share by request time. ``None`` for no parts."""
+    if not parts:
+        return None
+    return _merged(parts, sum(p.window_s for p in parts))
+
+
+def merge_over_series(parts: Sequence[ModelRates]) -> ModelRates | None:
+    """Rates of several series over the same window (e.g. the versions of one model):
+    per-second rates add, per-request figures are weighted by requests (the batch size
+    by executions), the busy share is the mean over the series (each has its own
+    instances), the window is the longest. ``None`` for no parts."""
+    if not parts:
+        return None
+    longest = max(p.window_s for p in parts)
+    # Each part over the longest window, so its per-second rates add unchanged.
+    return _merged([replace(p, window_s=longest) for p in parts], longest)
+
+
+def peak_rates(parts: Sequence[ModelRates]) -> ModelPeaks | None:
+    """The highest of each ``ModelPeaks`` figure over ``parts``; ``None`` for no parts."""
+    if not parts:
+        return None
+    return ModelPeaks(**{
+        f.name: gauge_max(getattr(p, f.name) for p in parts) for f in fields(ModelPeaks)
+    })
+
+
+def bucket_rates(samples: Sequence[ModelSample], *, since: float, until: float,
+                 bucket_s: float) -> list[tuple[float, ModelRates]]:
+    """Rates per ``bucket_s``-long bucket counted from ``since`` of the samples of ONE
+    series (oldest first) with ``since <= collected_at <= until``, merged over time
+    from their stored per-scrape rates (samples without rates are left out). Each
+    bucket is labelled with the time of its latest sample; empty buckets are absent."""
+    if not bucket_s > 0 or not math.isfinite(bucket_s):
+        raise ValueError(f"bucket_s must be a positive number, got {bucket_s!r}")
+    buckets: dict[int, list[ModelSample]] = {}
+    for s in samples:
+        if s.rates is not None and since <= s.collected_at <= until:
+            buckets.setdefault(int((s.collected_at - since) // bucket_s), []).append(s)
+    out: list[tuple[float, ModelRates]] = []
+    for k in sorted(buckets):
+        merged = merge_over_time([s.rates for s in buckets[k] if s.rates is not None])
+        if merged is not None:
+            out.append((max(s.collected_at for s in buckets[k]), merged))
+    return out
+
+
+# --------------------------------------------------------------------------- gauges
+
+
+def gauge_mean(values: Iterable[float | int | None]) -> float | None:
+    """Plain mean of the readings of a gauge sampled once per tick (pending requests,
+    GPU utilisation), skipping missing ones; ``None`` when none is there."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def gauge_max(values: Iterable[float | int | None]) -> float | None:
+    """The highest reading, skipping missing ones; ``None`` when none is there."""
+    return max((v for v in values if v is not None), default=None)

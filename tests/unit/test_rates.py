@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import pytest
 
-from collector.analysis.rates import batch_stats_increase, is_reset, rates_between, window_rates
-from collector.records import BatchStat, Duration, ModelMetrics, ModelSample, ModelStats
+from collector.analysis.rates import (
+    batch_stats_increase,
+    bucket_rates,
+    counter_increase,
+    gauge_max,
+    gauge_mean,
+    increase_from_rates,
+    is_reset,
+    merge_over_series,
+    merge_over_time,
+    peak_rates,
+    rates_between,
+    rates_from_increase,
+    window_rates,
+)
+from collector.records import (
+    BatchStat,
+    Duration,
+    ModelMetrics,
+    ModelPeaks,
+    ModelRates,
+    ModelSample,
+    ModelStats,
+)
 
 
 def sample(t: float, *, success: float, inferences: float, execs: float, queue_us: float,
@@ -121,3 +145,154 @@ def test_model_reload_resets_only_the_statistics_counters() -> None:
     assert r.avg_batch_size == 2.0
     assert r.busy_share == pytest.approx(0.5)  # batch_stats since the reload only
     assert r.resets == 1
+
+
+# --------------------------------------------------------------------------- merging
+
+
+def busy_series() -> list[ModelSample]:
+    """Five scrapes of one series with uneven windows and loads, a reset at t=6 and
+    batch stats, so no plain average of the per-scrape rates equals the window's."""
+    rows = [  # t, success, inferences, execs, queue_us, request_us, infer_us, batch-8 (n, ns)
+        (0.0, 0, 0, 0, 0, 0, 0, (0, 0)),
+        (1.0, 100, 400, 50, 1_000, 4_000, 2_000, (50, 400_000_000)),
+        (4.0, 130, 520, 70, 1_600, 5_000, 2_600, (70, 560_000_000)),
+        (6.0, 40, 80, 20, 4_000, 9_000, 900, (20, 300_000_000)),  # reset
+        (10.0, 440, 3_280, 420, 44_000, 99_000, 40_900, (420, 6_300_000_000)),
+    ]
+    return [sample(t, success=s, inferences=i, execs=e, queue_us=q, request_us=r, infer_us=c,
+                   failures={"REJECTED": s / 10}, batches={8: b})
+            for t, s, i, e, q, r, c, b in rows]
+
+
+def assert_rates_equal(a: ModelRates | None, b: ModelRates | None) -> None:
+    assert a is not None and b is not None
+    for f in fields(ModelRates):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, dict):
+            assert x == pytest.approx(y), f.name
+        else:
+            assert x == pytest.approx(y), f.name
+
+
+def test_increase_from_rates_inverts_rates_from_increase() -> None:
+    series = busy_series()
+    inc = counter_increase(series[0], series[1])
+    rates = rates_from_increase(inc, instance_count=2)
+    back = increase_from_rates(rates)
+    assert back.seconds == inc.seconds
+    assert back.request_success == pytest.approx(inc.request_success)
+    assert back.inference_count == pytest.approx(inc.inference_count)
+    assert back.exec_count == pytest.approx(inc.exec_count)
+    assert back.queue_duration_us == pytest.approx(inc.queue_duration_us)
+    assert back.request_duration_us == pytest.approx(inc.request_duration_us)
+    assert back.compute_infer_duration_us == pytest.approx(inc.compute_infer_duration_us)
+    assert back.failure_by_reason == pytest.approx(inc.failure_by_reason)
+    # Busy time comes back per instance: 0.4 s of batch compute on 2 instances.
+    assert (back.busy_instance_s, back.busy_window_s) == (pytest.approx(0.2), 1.0)
+    assert_rates_equal(rates_from_increase(back, instance_count=None), rates)
+
+
+def test_merge_of_two_halves_is_the_rate_over_the_whole_window() -> None:
+    series = busy_series()
+    whole = window_rates(series, instance_count=2)
+    halves = [window_rates(series[:3], instance_count=2),
+              window_rates(series[2:], instance_count=2)]
+    assert all(h is not None for h in halves)
+    assert_rates_equal(merge_over_time([h for h in halves if h is not None]), whole)
+    per_scrape = [rates_between(a, b, instance_count=2)
+                  for a, b in zip(series, series[1:], strict=False)]
+    merged = merge_over_time(per_scrape)
+    assert_rates_equal(merged, whole)
+    assert merged is not None and merged.resets == 1 and merged.window_s == 10.0
+
+
+def test_merge_over_time_of_idle_and_unmeasured_parts() -> None:
+    idle = ModelRates(window_s=5.0, requests_per_s=0.0, inferences_per_s=0.0,
+                      executions_per_s=0.0, fail_per_s=0.0)
+    busy = ModelRates(window_s=5.0, requests_per_s=10.0, inferences_per_s=40.0,
+                      executions_per_s=5.0, fail_per_s=0.0, avg_batch_size=8.0,
+                      queue_us_per_request=100.0, request_us_per_request=400.0,
+                      queue_share=0.25, busy_share=0.5)
+    merged = merge_over_time([idle, busy])
+    assert merged is not None
+    assert merged.requests_per_s == 5.0 and merged.window_s == 10.0
+    # Per-request figures over the requests: the idle half has none.
+    assert (merged.avg_batch_size, merged.queue_us_per_request, merged.queue_share) == (
+        8.0, 100.0, 0.25)
+    # The busy share over the time it was measured only.
+    assert merged.busy_share == 0.5
+    assert merge_over_time([idle, idle]) == replace(idle, window_s=10.0)
+    assert merged.compute_us_per_request is not None and idle.compute_us_per_request is None
+    assert merge_over_time([]) is None
+
+
+def test_merge_over_series_adds_per_second_rates() -> None:
+    v1 = ModelRates(window_s=10.0, requests_per_s=30.0, inferences_per_s=30.0,
+                    executions_per_s=30.0, fail_per_s=1.0, fail_per_s_by_reason={"REJECTED": 1.0},
+                    avg_batch_size=1.0, queue_us_per_request=100.0,
+                    compute_input_us_per_request=10.0, compute_infer_us_per_request=800.0,
+                    compute_output_us_per_request=20.0, request_us_per_request=1_000.0,
+                    queue_share=0.1, busy_share=0.2, resets=1)
+    v2 = ModelRates(window_s=9.5, requests_per_s=10.0, inferences_per_s=40.0,
+                    executions_per_s=5.0, fail_per_s=0.5,
+                    fail_per_s_by_reason={"REJECTED": 0.25, "BACKEND": 0.25},
+                    avg_batch_size=8.0, queue_us_per_request=500.0,
+                    compute_input_us_per_request=30.0, compute_infer_us_per_request=1_400.0,
+                    compute_output_us_per_request=40.0, request_us_per_request=2_000.0,
+                    queue_share=0.25, busy_share=0.6)
+    both = merge_over_series([v1, v2])
+    assert both is not None
+    assert both.window_s == 10.0  # the longest
+    assert (both.requests_per_s, both.inferences_per_s, both.executions_per_s) == (
+        pytest.approx(40.0), pytest.approx(70.0), pytest.approx(35.0))
+    assert both.fail_per_s == pytest.approx(1.5)
+    assert both.fail_per_s_by_reason == pytest.approx({"REJECTED": 1.25, "BACKEND": 0.25})
+    # Per request: weighted by requests (30 and 10 per second); batch size by executions.
+    assert both.queue_us_per_request == pytest.approx((30 * 100 + 10 * 500) / 40)
+    assert both.request_us_per_request == pytest.approx((30 * 1_000 + 10 * 2_000) / 40)
+    assert both.avg_batch_size == pytest.approx(70 / 35)
+    assert both.compute_us_per_request == pytest.approx((30 * 830 + 10 * 1_470) / 40)
+    assert both.queue_share == pytest.approx((30 * 100 + 10 * 500) / (30 * 1_000 + 10 * 2_000))
+    assert both.busy_share == pytest.approx(0.4)  # each version has its own instances
+    assert both.resets == 1
+    assert_rates_equal(merge_over_series([v1]), v1)
+    assert merge_over_series([]) is None
+
+
+def test_peak_rates_are_per_field_maxima() -> None:
+    series = busy_series()
+    per_scrape = [rates_between(a, b, instance_count=1)
+                  for a, b in zip(series, series[1:], strict=False)]
+    peaks = peak_rates(per_scrape)
+    assert peaks is not None
+    for f in fields(ModelPeaks):
+        values = [getattr(r, f.name) for r in per_scrape if getattr(r, f.name) is not None]
+        assert getattr(peaks, f.name) == max(values), f.name
+    assert peak_rates([]) is None
+    idle = ModelRates(window_s=1.0, requests_per_s=0.0, inferences_per_s=0.0,
+                      executions_per_s=0.0, fail_per_s=0.0)
+    assert peak_rates([idle]) == ModelPeaks(requests_per_s=0.0)
+
+
+def test_bucket_rates_merge_the_stored_rates_of_each_bucket() -> None:
+    raw = busy_series()
+    stored = [raw[0]] + [replace(b, rates=rates_between(a, b, instance_count=1))
+                         for a, b in zip(raw, raw[1:], strict=False)]
+    buckets = bucket_rates(stored, since=0.0, until=10.0, bucket_s=5.5)
+    # Bucket 0 holds the scrapes at 1 and 4 (the one at 0 has no rates), bucket 1 those
+    # at 6 and 10 (the reset is inside it): each is the rate over its scrapes' windows.
+    assert [t for t, _ in buckets] == [4.0, 10.0]
+    assert_rates_equal(buckets[0][1], window_rates(raw[:3], instance_count=1))
+    assert_rates_equal(buckets[1][1], window_rates(raw[2:], instance_count=1))
+    assert bucket_rates(stored, since=0.0, until=5.0, bucket_s=5.5)[0][0] == 4.0
+    assert len(bucket_rates(stored, since=0.0, until=5.0, bucket_s=5.5)) == 1
+    assert bucket_rates(stored[:1], since=0.0, until=10.0, bucket_s=5.0) == []
+    with pytest.raises(ValueError, match="bucket_s"):
+        bucket_rates(stored, since=0.0, until=1.0, bucket_s=0.0)
+
+
+def test_gauges_skip_missing_readings() -> None:
+    assert gauge_mean([1.0, None, 3.0]) == 2.0
+    assert gauge_max([1.0, None, 3.0]) == 3.0
+    assert gauge_mean([None]) is None and gauge_max([]) is None
