@@ -1,8 +1,9 @@
-"""Settings: one typed model, filled from defaults, a YAML file, ``BATCHSCOPE_*``
-environment variables and the command line (later wins), validated once at start.
+"""Settings: one typed model (pydantic-settings), filled from defaults, a YAML file,
+``BATCHSCOPE_*`` environment variables and the command line (later wins), validated
+once at start.
 
 Every invalid value stops the start with one ``ConfigError`` whose message names the
-field, e.g. ``invalid setting interval_s: must be a number > 0, got 'abc'``.
+field, e.g. ``invalid setting interval_s: must be a number, got 'abc'``.
 
 YAML file (all keys optional)::
 
@@ -24,252 +25,338 @@ YAML file (all keys optional)::
     retention: {raw_keep_s: 604800, rollup_keep_s: 7776000, rollup_bucket_s: 300,
                 every_s: 300}
     recommend_every_s: 60          # `serve` stores a recommendation per model this often
+    apply:                         # applying a recommendation (`apply`, the UI's Apply)
+      before_s: 30                 # measured before the change ...
+      after_s: 30                  # ... and after it
+      settle_s: 1                  # pause between the reload and the after window
+      min_qps_ratio: 0.95          # kept only if after/before QPS is at least this
+      max_p95_ratio: 1.10          # without an objective: rolled back when p95 grows more
     ui:                            # the web UI (`batchscope serve` / `dashboard`)
       admin_password: ...          # with either password set, login is required;
       viewer_password: ...         # only admin may apply a config change
       secret_key: ...              # signs session cookies (default: random per start)
       apply_verify_s: 30           # before/after windows of an Apply from the UI
+                                   # (default: apply.before_s / apply.after_s)
 
-Environment: ``BATCHSCOPE_TRITON`` (comma-separated URLs), ``BATCHSCOPE_METRICS_URL``
-and ``BATCHSCOPE_<FIELD>`` for every scalar field above (``BATCHSCOPE_DB_URL``,
-``BATCHSCOPE_INTERVAL_S`` ...), ``BATCHSCOPE_SOURCES`` comma-separated,
-``BATCHSCOPE_RETENTION_<FIELD>`` for the retention fields, ``BATCHSCOPE_UI_<FIELD>`` for
-the ui fields (``BATCHSCOPE_UI_ADMIN_PASSWORD`` ...). Passwords are never printed.
+Environment: ``BATCHSCOPE_CONFIG`` (the file), ``BATCHSCOPE_TRITON`` (comma-separated
+URLs), ``BATCHSCOPE_METRICS_URL`` and ``BATCHSCOPE_<FIELD>`` for every field above
+(``BATCHSCOPE_DB_URL``, ``BATCHSCOPE_INTERVAL_S`` ...; ``BATCHSCOPE_SOURCES``
+comma-separated), ``BATCHSCOPE_<GROUP>_<FIELD>`` for the fields of retention, apply and
+ui (``BATCHSCOPE_UI_ADMIN_PASSWORD``, ``BATCHSCOPE_APPLY_AFTER_S`` ...). Passwords are
+never printed.
 """
 
 from __future__ import annotations
 
-import math
 import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+from pydantic_settings.sources.utils import parse_env_vars
 
 from collector.errors import ConfigError
 
-__all__ = [
-    "RetentionSettings",
-    "UiSettings",
-    "Settings",
-    "TargetSettings",
-    "load_settings",
-    "target_from_url",
-]
+__all__ = ["ApplySettings", "RetentionSettings", "Settings", "TargetSettings", "UiSettings",
+           "load_settings", "target_from_url"]
 
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_METRICS_PORT = 8002
 ENV_PREFIX = "BATCHSCOPE_"
+# Never echoed in an error message: the value itself is the secret.
+_SECRETS = frozenset({"admin_password", "viewer_password", "secret_key"})
 
 
-@dataclass(frozen=True)
-class TargetSettings:
-    """One Triton server: ``url`` is its HTTP endpoint, ``metrics_url`` its /metrics."""
+def _not_bool(value: object) -> object:
+    if isinstance(value, bool):  # YAML's `yes` is a bool, and pydantic would take it for 1
+        raise ValueError("must be a number")
+    return value
 
-    name: str
+
+def _none_words(value: object) -> object:
+    """An environment variable cannot be null: "", "none" and "null" stand for it."""
+    text = value.strip().lower() if isinstance(value, str) else value
+    return None if text in ("", "none", "null") else value
+
+
+def _comma_list(value: object) -> object:
+    """Environment variables and flags give lists as comma-separated text."""
+    return [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+
+
+Positive = Annotated[float, BeforeValidator(_not_bool), Field(gt=0, allow_inf_nan=False)]
+Seconds = Positive
+
+
+def _normalise_url(value: str, *, default_port: int) -> str:
+    """``http(s)://host:port/path`` with the port made explicit; a bare ``host:port``
+    means ``http://host:port``. Raises ``ValueError`` saying what is wrong."""
+    text = value.strip()
+    if not text:
+        raise ValueError(f"must be a URL such as http://host:{default_port}")
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("scheme must be http or https")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("port is not a number") from None
+    if not parts.hostname:
+        raise ValueError("has no host")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return urlunsplit((parts.scheme, f"{host}:{port or default_port}",
+                       parts.path.rstrip("/"), "", ""))
+
+
+class TargetSettings(BaseModel):
+    """One Triton server: ``url`` is its HTTP endpoint, ``metrics_url`` its /metrics
+    (default: same host, port 8002), ``name`` how the store calls it (default host:port).
+    A plain string is read as the ``url``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     url: str
-    metrics_url: str
+    metrics_url: str = Field("", validate_default=True)
+    name: str = Field("", validate_default=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _url_alone(cls, value: object) -> object:
+        return {"url": value} if isinstance(value, str) else value
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return _normalise_url(value, default_port=DEFAULT_HTTP_PORT)
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _metrics_url(cls, value: str, info: ValidationInfo) -> str:
+        if value:
+            metrics = _normalise_url(value, default_port=DEFAULT_METRICS_PORT)
+            return metrics if urlsplit(metrics).path not in ("", "/") else metrics + "/metrics"
+        if "url" not in info.data:  # the url is invalid and already reported
+            return value
+        parts = urlsplit(info.data["url"])
+        return urlunsplit((parts.scheme, f"{parts.hostname}:{DEFAULT_METRICS_PORT}",
+                           "/metrics", "", ""))
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str, info: ValidationInfo) -> str:
+        return value or (str(urlsplit(info.data["url"]).netloc) if "url" in info.data else value)
 
 
-@dataclass(frozen=True)
-class RetentionSettings:
-    raw_keep_s: float = 7 * 24 * 3600.0  # raw per-scrape samples
-    rollup_keep_s: float = 90 * 24 * 3600.0  # coarse buckets for long windows
-    rollup_bucket_s: float = 300.0
-    every_s: float = 300.0  # how often the retention job runs
+class RetentionSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    raw_keep_s: Seconds = 7 * 24 * 3600.0  # raw per-scrape samples
+    rollup_keep_s: Seconds = 90 * 24 * 3600.0  # coarse buckets for long windows
+    rollup_bucket_s: Seconds = 300.0
+    every_s: Seconds = 300.0  # how often the retention job runs
 
 
-@dataclass(frozen=True)
-class UiSettings:
+class ApplySettings(BaseModel):
+    """How a recommendation is applied and judged (``collector.apply``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    before_s: Seconds = 30.0  # the window measured before the change
+    after_s: Seconds = 30.0  # and after it
+    settle_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0  # reload → after
+    # Kept only when throughput after / before is at least this.
+    min_qps_ratio: Annotated[Positive, Field(le=1)] = 0.95
+    # Without a latency objective: rolled back when p95 after / before exceeds this.
+    max_p95_ratio: Annotated[Positive, Field(ge=1)] = 1.10
+    load_timeout_s: Seconds = 120.0  # Triton answers a load once the model is ready
+
+
+class UiSettings(BaseModel):
     """The web UI's access and actions. A password set means login is required."""
 
-    admin_password: str | None = field(default=None, repr=False)
-    viewer_password: str | None = field(default=None, repr=False)
-    secret_key: str | None = field(default=None, repr=False)
-    apply_verify_s: float = 30.0
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    admin_password: str | None = Field(default=None, repr=False, min_length=1)
+    viewer_password: str | None = Field(default=None, repr=False, min_length=1)
+    secret_key: str | None = Field(default=None, repr=False, min_length=1)
+    # The before/after windows of an Apply from the UI; None: those of ``apply``.
+    apply_verify_s: Annotated[Seconds | None, BeforeValidator(_none_words)] = None
+
+    @field_validator("viewer_password")
+    @classmethod
+    def _differs_from_admin(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value and value == info.data.get("admin_password"):
+            raise ValueError("must differ from ui.admin_password")
+        return value
 
     @property
     def login_required(self) -> bool:
         return bool(self.admin_password or self.viewer_password)
 
 
-@dataclass(frozen=True)
-class Settings:
-    targets: tuple[TargetSettings, ...] = ()
+class Settings(BaseSettings):
+    """Everything batchscope is told. ``Settings(...)`` takes the values as given;
+    ``load_settings`` layers the file, the environment and the command line."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", env_prefix=ENV_PREFIX,
+                                      env_nested_delimiter="_", env_nested_max_split=1)
+
+    targets: Annotated[tuple[TargetSettings, ...], NoDecode,
+                       BeforeValidator(_comma_list)] = ()
     db_url: str = "sqlite:///batchscope.db"
-    interval_s: float = 5.0
-    duration_s: float | None = None
-    timeout_s: float = 3.0
-    max_response_bytes: int = 16 * 1024 * 1024
-    sources: tuple[str, ...] = ("triton", "nvml", "host")
-    backoff_max_s: float = 60.0
-    jitter_s: float = 0.5
-    analysis_every_s: float = 15.0
+    interval_s: Seconds = 5.0
+    duration_s: Annotated[Seconds | None, BeforeValidator(_none_words)] = None
+    timeout_s: Seconds = 3.0
+    max_response_bytes: Annotated[int, BeforeValidator(_not_bool), Field(gt=0)] = 16 * 1024 ** 2
+    sources: Annotated[tuple[str, ...], NoDecode,
+                       BeforeValidator(_comma_list)] = ("triton", "nvml", "host")
+    backoff_max_s: Seconds = 60.0
+    jitter_s: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = 0.5
+    analysis_every_s: Seconds = 15.0
     # Latency objective per model name, in ms of p95; models without one may not get
-    # more than 10 % slower at p95 from a recommendation.
-    slo_p95_ms: dict[str, float] = field(default_factory=dict)
+    # more than ``apply.max_p95_ratio`` slower at p95 from a recommendation.
+    slo_p95_ms: dict[str, Seconds] = Field(default_factory=dict)
     # Detector thresholds (collector.analysis.detect.DetectorSettings), by field name.
-    analysis: dict[str, object] = field(default_factory=dict)
-    retention: RetentionSettings = field(default_factory=RetentionSettings)
-    recommend_every_s: float = 60.0
-    ui: UiSettings = field(default_factory=UiSettings)
+    analysis: dict[str, object] = Field(default_factory=dict)
+    retention: RetentionSettings = RetentionSettings()
+    recommend_every_s: Seconds = 60.0
+    apply: ApplySettings = ApplySettings()
+    ui: UiSettings = UiSettings()
 
+    @field_validator("targets", mode="after")
+    @classmethod
+    def _targets_unique(cls, value: tuple[TargetSettings, ...]) -> tuple[TargetSettings, ...]:
+        names = [t.name for t in value]
+        twice = [name for name in names if names.count(name) > 1]
+        if twice:
+            raise ValueError(f"target name {twice[0]!r} appears twice")
+        return value
 
-_SCALAR_FIELDS = ("db_url", "interval_s", "duration_s", "timeout_s", "max_response_bytes",
-                  "backoff_max_s", "jitter_s", "analysis_every_s", "recommend_every_s")
+    @field_validator("db_url")
+    @classmethod
+    def _sqlalchemy_url(cls, value: str) -> str:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(value.strip())
+        except ArgumentError as exc:
+            raise ValueError(f"is not an SQLAlchemy URL ({exc})") from None
+        return value.strip()
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout_within_ten_intervals(cls, value: float, info: ValidationInfo) -> float:
+        interval = info.data.get("interval_s")
+        if interval is not None and value > interval * 10:
+            raise ValueError(f"{value:g} s is more than ten scrape intervals ({interval:g} s)")
+        return value
+
+    @field_validator("analysis")
+    @classmethod
+    def _detector_thresholds(cls, value: dict[str, object]) -> dict[str, object]:
+        if value:
+            # Raises ConfigError naming analysis.<field>; imported here, as the detectors
+            # import the store and the store imports these settings.
+            from collector.analysis.detect import detector_settings
+
+            detector_settings(value)
+        return value
+
+    @property
+    def ui_apply(self) -> ApplySettings:
+        """``apply`` with the UI's own windows when ``ui.apply_verify_s`` is set."""
+        verify_s = self.ui.apply_verify_s
+        if verify_s is None:
+            return self.apply
+        return self.apply.model_copy(update={"before_s": verify_s, "after_s": verify_s})
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Constructed directly, the model takes its arguments only: the layers are
+        # load_settings's to add, with the environment it is given.
+        return (init_settings,)
 
 
 def target_from_url(url: str, metrics_url: str | None = None, name: str | None = None,
                     *, field_name: str = "targets") -> TargetSettings:
     """Build a target from Triton's HTTP URL; the metrics URL defaults to the same host
     on port 8002 with path ``/metrics``. A bare ``host:port`` means ``http://host:port``."""
-    http = _normalise_url(url, field_name, default_port=DEFAULT_HTTP_PORT)
-    parts = urlsplit(http)
-    if metrics_url is None:
-        metrics = urlunsplit((parts.scheme, f"{parts.hostname}:{DEFAULT_METRICS_PORT}",
-                              "/metrics", "", ""))
-    else:
-        metrics = _normalise_url(metrics_url, "metrics_url", default_port=DEFAULT_METRICS_PORT)
-        if urlsplit(metrics).path in ("", "/"):
-            metrics = metrics.rstrip("/") + "/metrics"
-    return TargetSettings(name=name or parts.netloc, url=http, metrics_url=metrics)
-
-
-def _normalise_url(value: object, field_name: str, *, default_port: int) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(field_name, f"must be a URL such as http://host:{default_port}, "
-                                      f"got {value!r}")
-    text = value.strip()
-    if "://" not in text:
-        text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https"):
-        raise ConfigError(field_name, f"scheme must be http or https, got {value!r}")
     try:
-        port = parts.port
-    except ValueError:
-        raise ConfigError(field_name, f"port is not a number in {value!r}") from None
-    if not parts.hostname:
-        raise ConfigError(field_name, f"has no host: {value!r}")
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    netloc = f"{host}:{port or default_port}"
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        return TargetSettings(url=url, metrics_url=metrics_url or "", name=name or "")
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = "metrics_url" if error["loc"][:1] == ("metrics_url",) else field_name
+        raise ConfigError(where, f"{_message(error)}, got {error['input']!r}") from None
 
 
-def _number(value: object, field_name: str, *, minimum: float = 0.0, allow_none: bool = False,
-            integer: bool = False) -> Any:
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
-        if allow_none:
-            return None
-        raise ConfigError(field_name, "is required")
-    if isinstance(value, bool):
-        raise ConfigError(field_name, f"must be a number, got {value!r}")
-    try:
-        number = float(value) if not integer else int(str(value).strip())
-    except (TypeError, ValueError):
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(field_name, f"must be {kind} > {minimum:g}, got {value!r}") from None
-    if math.isnan(number) or math.isinf(number) or number <= minimum:
-        raise ConfigError(field_name, f"must be > {minimum:g}, got {value!r}")
-    return number
+def _targets_from_url_lists(layer: dict[str, Any], origin: str) -> dict[str, Any]:
+    """One layer's ``triton`` and ``metrics_url`` lists (flags, environment) as its
+    ``targets``: a layer that names Triton URLs replaces the targets of the layers below."""
+    layer = {k: v for k, v in layer.items() if v is not None}
+    urls = _comma_list(layer.pop("triton", None)) or []
+    metrics_urls = _comma_list(layer.pop("metrics_url", None)) or []
+    if not isinstance(urls, list) or not isinstance(metrics_urls, list):
+        raise ConfigError("triton", f"must be a list of URLs ({origin})")
+    if metrics_urls and not urls:
+        raise ConfigError("metrics_url", f"given without a Triton URL ({origin})")
+    if metrics_urls and len(metrics_urls) != len(urls):
+        raise ConfigError("metrics_url", f"{len(metrics_urls)} metrics URL(s) given for "
+                                         f"{len(urls)} Triton target(s) ({origin}); give one "
+                                         "per target or none")
+    if urls:
+        layer["targets"] = [
+            target_from_url(url, metrics_urls[i] if metrics_urls else None,
+                            field_name="triton").model_dump()
+            for i, url in enumerate(urls)]
+    return layer
 
 
-def _check_db_url(value: object) -> str:
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+class _Environment(EnvSettingsSource):
+    """``BATCHSCOPE_*`` variables of a given mapping (``os.environ`` by default)."""
 
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError("db_url", f"must be an SQLAlchemy URL, got {value!r}")
-    try:
-        make_url(value.strip())
-    except ArgumentError as exc:
-        raise ConfigError("db_url", f"is not an SQLAlchemy URL ({exc})") from None
-    return value.strip()
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
 
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._environ, self.case_sensitive, self.env_ignore_empty,
+                              self.env_parse_none_str)
 
-def _parse_targets(raw: object) -> tuple[TargetSettings, ...]:
-    if raw is None:
-        return ()
-    if isinstance(raw, str):
-        raw = [part for part in raw.split(",") if part.strip()]
-    if not isinstance(raw, list):
-        raise ConfigError("targets", f"must be a list, got {type(raw).__name__}")
-    targets: list[TargetSettings] = []
-    for i, item in enumerate(raw):
-        where = f"targets[{i}]"
-        if isinstance(item, str):
-            targets.append(target_from_url(item, field_name=where))
-        elif isinstance(item, Mapping):
-            unknown = set(item) - {"url", "metrics_url", "name"}
-            if unknown:
-                raise ConfigError(f"{where}.{sorted(unknown)[0]}", "unknown key")
-            if "url" not in item:
-                raise ConfigError(f"{where}.url", "is required")
-            targets.append(target_from_url(item["url"], item.get("metrics_url"),
-                                           item.get("name"), field_name=f"{where}.url"))
-        else:
-            raise ConfigError(where, f"must be a URL or a mapping, got {item!r}")
-    names = [t.name for t in targets]
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigError("targets", f"target name {name!r} appears twice")
-    return tuple(targets)
-
-
-def _parse_sources(raw: object, known: set[str] | None) -> tuple[str, ...]:
-    if isinstance(raw, str):
-        raw = [part.strip() for part in raw.split(",") if part.strip()]
-    if not isinstance(raw, list | tuple) or not all(isinstance(s, str) for s in raw):
-        raise ConfigError("sources", f"must be a list of source names, got {raw!r}")
-    if known is not None:
-        for name in raw:
-            if name not in known:
-                raise ConfigError("sources", f"unknown source {name!r}; known: "
-                                             f"{', '.join(sorted(known))}")
-    return tuple(raw)
-
-
-def _parse_retention(raw: object) -> RetentionSettings:
-    if raw is None:
-        return RetentionSettings()
-    if not isinstance(raw, Mapping):
-        raise ConfigError("retention", f"must be a mapping, got {raw!r}")
-    names = {f.name for f in fields(RetentionSettings)}
-    values: dict[str, float] = {}
-    for key, value in raw.items():
-        if key not in names:
-            raise ConfigError(f"retention.{key}", "unknown key")
-        values[key] = _number(value, f"retention.{key}")
-    return RetentionSettings(**values)
-
-
-def _parse_ui(raw: object, base: UiSettings) -> UiSettings:
-    if not isinstance(raw, Mapping):
-        raise ConfigError("ui", f"must be a mapping, got {raw!r}")
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key in ("admin_password", "viewer_password", "secret_key"):
-            if value is not None and (not isinstance(value, str) or not value):
-                # The value itself is a secret: never echo it.
-                raise ConfigError(f"ui.{key}", "must be a non-empty string")
-            values[key] = value
-        elif key == "apply_verify_s":
-            values[key] = _number(value, "ui.apply_verify_s")
-        else:
-            raise ConfigError(f"ui.{key}", "unknown key")
-    ui = replace(base, **values)
-    if ui.admin_password and ui.admin_password == ui.viewer_password:
-        raise ConfigError("ui.viewer_password", "must differ from ui.admin_password")
-    return ui
-
-
-def _parse_slos(raw: object) -> dict[str, float]:
-    if not isinstance(raw, Mapping):
-        raise ConfigError("slo_p95_ms", f"must map model names to milliseconds, got {raw!r}")
-    return {str(model): _number(value, f"slo_p95_ms.{model}") for model, value in raw.items()}
+    def __call__(self) -> dict[str, Any]:
+        layer = super().__call__()
+        for key in ("triton", "metrics_url"):
+            if ENV_PREFIX + key.upper() in self._environ:
+                layer[key] = self._environ[ENV_PREFIX + key.upper()]
+        return _targets_from_url_lists(layer, "environment")
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -288,43 +375,6 @@ def _read_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
-    raw: dict[str, Any] = {}
-    for key in _SCALAR_FIELDS:
-        value = env.get(ENV_PREFIX + key.upper())
-        if value is not None:
-            raw[key] = value
-    if ENV_PREFIX + "TRITON" in env:
-        raw["triton"] = [u for u in env[ENV_PREFIX + "TRITON"].split(",") if u.strip()]
-    if ENV_PREFIX + "METRICS_URL" in env:
-        raw["metrics_url"] = [u for u in env[ENV_PREFIX + "METRICS_URL"].split(",") if u.strip()]
-    if ENV_PREFIX + "SOURCES" in env:
-        raw["sources"] = env[ENV_PREFIX + "SOURCES"]
-    retention = {f.name: env[ENV_PREFIX + "RETENTION_" + f.name.upper()]
-                 for f in fields(RetentionSettings)
-                 if ENV_PREFIX + "RETENTION_" + f.name.upper() in env}
-    if retention:
-        raw["retention"] = retention
-    ui = {f.name: env[ENV_PREFIX + "UI_" + f.name.upper()] for f in fields(UiSettings)
-          if ENV_PREFIX + "UI_" + f.name.upper() in env}
-    if ui:
-        raw["ui"] = ui
-    return raw
-
-
-def _targets_from_urls(urls: list[str], metrics_urls: list[str] | None,
-                       source: str) -> tuple[TargetSettings, ...]:
-    if metrics_urls and len(metrics_urls) != len(urls):
-        raise ConfigError("metrics_url", f"{len(metrics_urls)} metrics URL(s) given for "
-                                         f"{len(urls)} Triton target(s) ({source}); give one "
-                                         "per target or none")
-    targets = tuple(
-        target_from_url(url, metrics_urls[i] if metrics_urls else None, field_name="triton")
-        for i, url in enumerate(urls))
-    return _parse_targets([{"url": t.url, "metrics_url": t.metrics_url, "name": t.name}
-                           for t in targets])
-
-
 def load_settings(*, config_file: str | Path | None = None,
                   env: Mapping[str, str] | None = None,
                   overrides: Mapping[str, Any] | None = None,
@@ -332,62 +382,59 @@ def load_settings(*, config_file: str | Path | None = None,
     """Merge defaults < YAML file < environment < ``overrides`` (the CLI) and validate.
 
     ``overrides`` takes the same keys as the YAML file, plus ``triton`` and
-    ``metrics_url`` (lists of URLs, the CLI's ``--triton``/``--metrics-url``).
+    ``metrics_url`` (lists of URLs, the CLI's ``--triton``/``--metrics-url``); a ``None``
+    value means "not given". Mappings (``retention``, ``apply``, ``ui`` ...) merge key
+    by key across the layers.
     """
     env = os.environ if env is None else env
-    layers: list[tuple[str, dict[str, Any]]] = []
     if config_file is None and env.get(ENV_PREFIX + "CONFIG"):
         config_file = env[ENV_PREFIX + "CONFIG"]
+    layers: list[PydanticBaseSettingsSource] = [  # highest priority first
+        InitSettingsSource(Settings, _targets_from_url_lists(dict(overrides or {}),
+                                                             "command line")),
+        _Environment(Settings, env)]
     if config_file is not None:
-        layers.append((f"file {config_file}", _read_file(Path(config_file))))
-    layers.append(("environment", _from_env(env)))
-    layers.append(("command line", {k: v for k, v in (overrides or {}).items()
-                                    if v is not None}))
-
-    allowed = set(_SCALAR_FIELDS) | {"targets", "sources", "retention", "triton", "metrics_url",
-                                     "slo_p95_ms", "analysis", "ui"}
-    settings = Settings()
-    for origin, layer in layers:
-        for key in layer:
-            if key not in allowed:
-                raise ConfigError(key, f"unknown setting (from {origin})")
-        changes: dict[str, Any] = {}
-        if "targets" in layer:
-            changes["targets"] = _parse_targets(layer["targets"])
-        if layer.get("triton"):
-            changes["targets"] = _targets_from_urls(list(layer["triton"]),
-                                                    list(layer.get("metrics_url") or []), origin)
-        elif layer.get("metrics_url"):
-            raise ConfigError("metrics_url", f"given without a Triton URL ({origin})")
-        if "db_url" in layer:
-            changes["db_url"] = _check_db_url(layer["db_url"])
-        for key in ("interval_s", "timeout_s", "backoff_max_s", "analysis_every_s",
-                    "recommend_every_s"):
-            if key in layer:
-                changes[key] = _number(layer[key], key)
-        if "jitter_s" in layer:
-            changes["jitter_s"] = _number(layer["jitter_s"], "jitter_s", minimum=-1e-12)
-        if "duration_s" in layer:
-            changes["duration_s"] = _number(layer["duration_s"], "duration_s", allow_none=True)
-        if "max_response_bytes" in layer:
-            changes["max_response_bytes"] = _number(layer["max_response_bytes"],
-                                                    "max_response_bytes", integer=True)
-        if "sources" in layer:
-            changes["sources"] = _parse_sources(layer["sources"], known_sources)
-        if "retention" in layer:
-            changes["retention"] = _parse_retention(layer["retention"])
-        if "analysis" in layer:
-            if not isinstance(layer["analysis"], Mapping):
-                raise ConfigError("analysis", f"must be a mapping, got {layer['analysis']!r}")
-            changes["analysis"] = dict(layer["analysis"])
-        if "slo_p95_ms" in layer:
-            changes["slo_p95_ms"] = _parse_slos(layer["slo_p95_ms"])
-        if "ui" in layer:
-            changes["ui"] = _parse_ui(layer["ui"], settings.ui)
-        settings = replace(settings, **changes)
+        file_layer = _targets_from_url_lists(_read_file(Path(config_file)),
+                                             f"file {config_file}")
+        layers.append(InitSettingsSource(Settings, file_layer))
+    try:
+        # The synthesised signature lists the fields only; _build_sources is documented.
+        settings = Settings(_build_sources=(tuple(layers), {}))  # type: ignore[call-arg]
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+    except SettingsError as exc:  # an environment variable that is not valid JSON
+        field = re.search(r'field "([^"]+)"', str(exc))
+        raise ConfigError(field.group(1) if field else "config",
+                          "is not valid JSON in the environment") from None
     if known_sources is not None:
-        _parse_sources(list(settings.sources), known_sources)
-    if settings.timeout_s > settings.interval_s * 10:
-        raise ConfigError("timeout_s", f"{settings.timeout_s:g} s is more than ten scrape "
-                                       f"intervals ({settings.interval_s:g} s)")
+        for name in settings.sources:
+            if name not in known_sources:
+                raise ConfigError("sources", f"unknown source {name!r}; known: "
+                                             f"{', '.join(sorted(known_sources))}")
     return settings
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    if error["type"] == "value_error":  # ours: the message without pydantic's prefix
+        return str((error.get("ctx") or {}).get("error", error["msg"]))
+    words = {"missing": "is required", "extra_forbidden": "unknown key",
+             "string_too_short": "must be a non-empty string"}
+    return words.get(error["type"], str(error["msg"]).lower())
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    error = exc.errors()[0]
+    field = _dotted(tuple(error["loc"]))
+    message = _message(error)
+    if error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
+        message = "unknown setting"
+    elif error["type"] not in ("missing", "extra_forbidden") and error["loc"][-1] not in _SECRETS:
+        message += f", got {error['input']!r}"
+    return ConfigError(field or "config", message)
