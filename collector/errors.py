@@ -44,34 +44,43 @@ class ConfigError(BatchscopeError):
 
 
 class CollectError(BatchscopeError):
-    """One collection failed; ``error_kind`` is the short, stable name stored with it."""
+    """One collection failed; ``error_kind`` is the short, stable name stored with it.
+
+    A subclass names its kind in its class line: ``class TargetDown(CollectError,
+    kind="down")``.
+    """
 
     error_kind = "error"
 
-
-class TargetDown(CollectError):
-    error_kind = "down"
-
-
-class TargetTimeout(CollectError):
-    error_kind = "timeout"
+    def __init_subclass__(cls, *, kind: str | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if kind is not None:
+            cls.error_kind = kind
 
 
-class TargetHTTPError(CollectError):
-    error_kind = "http"
+class TargetDown(CollectError, kind="down"):
+    """Connection refused or reset, or the name did not resolve."""
+
+
+class TargetTimeout(CollectError, kind="timeout"):
+    """No complete answer within the timeout."""
+
+
+class TargetHTTPError(CollectError, kind="http"):
+    """An HTTP status other than 2xx; ``status`` is the code."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
 
 
-class ResponseTooLarge(CollectError):
-    error_kind = "too_large"
+class ResponseTooLarge(CollectError, kind="too_large"):
+    """The body exceeded the configured cap."""
 
 
-class ParseError(CollectError):
-    error_kind = "parse"
+class ParseError(CollectError, kind="parse"):
+    """The body could not be understood."""
 
 
-class NvmlUnavailable(CollectError):
-    error_kind = "nvml_unavailable"
+class NvmlUnavailable(CollectError, kind="nvml_unavailable"):
+    """No NVML library or driver on this host."""

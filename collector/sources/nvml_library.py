@@ -58,14 +58,12 @@ _INIT_UNAVAILABLE = {
 _DEVICE_FAILURES = {_GPU_IS_LOST: "gpu_is_lost", _RESET_REQUIRED: "reset_required"}
 
 
-class GpuLost(CollectError):
+class GpuLost(CollectError, kind="gpu_is_lost"):
     """NVML reports a GPU as lost (fell off the bus) or in need of a reset.
 
     It never leaves ``NvmlSource.collect``: the GPU is reported with
     ``healthy=False`` and ``error=reason``, and the other GPUs are read as usual.
     """
-
-    error_kind = "gpu_is_lost"
 
     def __init__(self, reason: str, fn_name: str) -> None:
         super().__init__(f"{fn_name}: {reason}")
