@@ -9,7 +9,6 @@ waits for readiness.
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import threading
 import time
@@ -480,7 +479,7 @@ def test_close_closes_the_session(server: _Server) -> None:
 def test_registered_factory_builds_a_source_from_settings() -> None:
     spec = SOURCES["triton"]
     assert spec.per_target is True
-    settings = dataclasses.replace(Settings(), timeout_s=1.5, max_response_bytes=4096)
+    settings = Settings(timeout_s=1.5, max_response_bytes=4096)
     target = TargetSettings(name="t", url="http://127.0.0.1:1", metrics_url="http://127.0.0.1:2/m")
     src = spec.factory(settings, target)
     try:
