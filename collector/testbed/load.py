@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import random
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -31,6 +33,8 @@ from collector.testbed.models import INPUT_DIM, INPUT_NAME, OUTPUT_NAME
 __all__ = ["LoadResult", "run_load", "run_load_async"]
 
 Arrivals = Literal["poisson", "constant"]
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 # Distinct error messages kept in a result: enough to diagnose, small enough to print.
 _MAX_ERROR_SAMPLES = 5
@@ -147,7 +151,56 @@ async def run_load_async(
     request_timeout_s: float = 10.0,
     seed: int | None = None,
 ) -> LoadResult:
-    """:func:`run_load` for callers already inside an event loop."""
+    """Drive ``model`` at ``grpc_url`` (``host:port``) for ``duration_s`` seconds.
+
+    Closed loop with ``concurrency`` clients, or open loop at ``rate`` requests/s with
+    ``arrivals`` spaced as a Poisson process or evenly; each request carries ``batch``
+    samples.  Exactly one of ``concurrency`` and ``rate`` must be given.
+    """
+    _check_options(concurrency, rate, duration_s, batch, max_in_flight, arrivals)
+    # Imported here so that importing batchscope does not need the testbed extra.
+    import tritonclient.grpc.aio as grpcclient
+
+    client = grpcclient.InferenceServerClient(url=grpc_url, channel_args=_channel_args())
+    data = np.random.default_rng(seed).standard_normal((batch, INPUT_DIM)).astype(np.float32)
+    inputs = [grpcclient.InferInput(INPUT_NAME, [batch, INPUT_DIM], "FP32")]
+    inputs[0].set_data_from_numpy(data)
+    requests = _Requests(
+        client, model, inputs, [grpcclient.InferRequestedOutput(OUTPUT_NAME)], request_timeout_s
+    )
+    start = requests.loop.time()
+    stop_at = start + duration_s
+    work: asyncio.Future[Any]
+    if concurrency is not None:
+        work = asyncio.gather(*(requests.closed_client(stop_at) for _ in range(concurrency)))
+    else:
+        assert rate is not None  # _check_options: exactly one of the two
+        gaps = _arrival_gaps(rate, arrivals, seed)
+        work = asyncio.ensure_future(requests.open_arrivals(start, stop_at, gaps, max_in_flight))
+    try:
+        # The hard bound: sending stops at duration_s and each request has a deadline,
+        # so this only fires if the client library itself hangs.
+        await asyncio.wait_for(work, timeout=duration_s + request_timeout_s + 5.0)
+    except TimeoutError:
+        requests.recorder.error(
+            "load run exceeded its time bound; outstanding requests cancelled",
+            requests.loop.time(),
+        )
+    finally:
+        # Closing a broken channel must not mask the result.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.close(), timeout=5.0)
+    return requests.recorder.result(duration_s)
+
+
+def _check_options(
+    concurrency: int | None,
+    rate: float | None,
+    duration_s: float,
+    batch: int,
+    max_in_flight: int,
+    arrivals: str,
+) -> None:
     if (concurrency is None) == (rate is None):
         raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
     if concurrency is not None and concurrency < 1:
@@ -163,120 +216,97 @@ async def run_load_async(
     if arrivals not in ("poisson", "constant"):
         raise ValueError("arrivals must be 'poisson' or 'constant'")
 
-    # Imported here so that importing batchscope does not need the testbed extra.
-    import tritonclient.grpc.aio as grpcclient
 
-    recorder = _Recorder()
-    client = grpcclient.InferenceServerClient(url=grpc_url, channel_args=_channel_args())
-    data = np.random.default_rng(seed).standard_normal((batch, INPUT_DIM)).astype(np.float32)
-    inputs = [grpcclient.InferInput(INPUT_NAME, [batch, INPUT_DIM], "FP32")]
-    inputs[0].set_data_from_numpy(data)
-    outputs = [grpcclient.InferRequestedOutput(OUTPUT_NAME)]
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    stop_at = start + duration_s
+def _arrival_gaps(rate: float, arrivals: Arrivals, seed: int | None) -> Iterator[float]:
+    """Seconds between consecutive open-loop arrivals."""
+    rng = random.Random(seed)
+    while True:
+        yield rng.expovariate(rate) if arrivals == "poisson" else 1.0 / rate
 
-    async def one_request() -> bool:
-        sent = loop.time()
-        recorder.sent(sent)
+
+class _Requests:
+    """The requests of one run: one client, one prepared input, one recorder."""
+
+    def __init__(
+        self, client: Any, model: str, inputs: list[Any], outputs: list[Any], timeout_s: float
+    ) -> None:
+        self._client = client
+        self._model = model
+        self._inputs = inputs
+        self._outputs = outputs
+        self._timeout_s = timeout_s
+        self.loop = asyncio.get_running_loop()
+        self.recorder = _Recorder()
+
+    async def one(self) -> bool:
+        """Send one request and record its outcome; True when it succeeded."""
+        sent = self.loop.time()
+        self.recorder.sent(sent)
         try:
             # gRPC's deadline ends the request; wait_for is the backstop should the
             # client library not honour it, so no request outlives the run for long.
             await asyncio.wait_for(
-                client.infer(model, inputs, outputs=outputs, client_timeout=request_timeout_s),
-                timeout=request_timeout_s + 1.0,
+                self._client.infer(
+                    self._model, self._inputs, outputs=self._outputs,
+                    client_timeout=self._timeout_s,
+                ),
+                timeout=self._timeout_s + 1.0,
             )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # every request failure is data here, not a crash
-            recorder.error(f"{type(exc).__name__}: {exc}", loop.time())
+            self.recorder.error(f"{type(exc).__name__}: {exc}", self.loop.time())
             return False
-        recorder.ok(sent, loop.time())
+        self.recorder.ok(sent, self.loop.time())
         return True
 
-    async def closed_client() -> None:
-        while loop.time() < stop_at:
-            if not await one_request():
+    async def closed_client(self, stop_at: float) -> None:
+        """One closed-loop client: the next request when the last one returned."""
+        while self.loop.time() < stop_at:
+            if not await self.one():
                 await asyncio.sleep(_ERROR_BACKOFF_S)
 
-    async def open_arrivals() -> None:
-        assert rate is not None
-        rng = random.Random(seed)
+    async def open_arrivals(
+        self, start: float, stop_at: float, gaps: Iterator[float], max_in_flight: int
+    ) -> None:
+        """Open loop: a request at each arrival from ``start`` until ``stop_at``, whatever
+        the server does; an arrival that finds ``max_in_flight`` requests outstanding is
+        an error."""
         in_flight: set[asyncio.Task[bool]] = set()
         next_at = start
         try:
             while next_at < stop_at:
-                now = loop.time()
+                now = self.loop.time()
                 if next_at > now:
                     await asyncio.sleep(next_at - now)
                 if len(in_flight) >= max_in_flight:
-                    recorder.error(
-                        f"dropped: {max_in_flight} requests already in flight", loop.time()
+                    self.recorder.error(
+                        f"dropped: {max_in_flight} requests already in flight", self.loop.time()
                     )
                 else:
-                    task = asyncio.create_task(one_request())
+                    task = asyncio.create_task(self.one())
                     in_flight.add(task)
                     task.add_done_callback(in_flight.discard)
                 # Schedule from the previous arrival, not from now, so that a late
                 # wake-up does not lower the offered rate.
-                gap = rng.expovariate(rate) if arrivals == "poisson" else 1.0 / rate
-                next_at += gap
+                next_at += next(gaps)
             if in_flight:
                 await asyncio.gather(*in_flight, return_exceptions=True)
         finally:
             for task in in_flight:
                 task.cancel()
 
-    work: asyncio.Future[Any]
-    if concurrency is not None:
-        work = asyncio.gather(*(closed_client() for _ in range(concurrency)))
-    else:
-        work = asyncio.ensure_future(open_arrivals())
-    try:
-        # The hard bound: sending stops at duration_s and each request has a deadline,
-        # so this only fires if the client library itself hangs.
-        await asyncio.wait_for(work, timeout=duration_s + request_timeout_s + 5.0)
-    except TimeoutError:
-        recorder.error(
-            "load run exceeded its time bound; outstanding requests cancelled", loop.time()
-        )
-    finally:
-        # Closing a broken channel must not mask the result.
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(client.close(), timeout=5.0)
-    return recorder.result(duration_s)
+
+def _blocking(coroutine_fn: Callable[_P, Coroutine[Any, Any, _T]]) -> Callable[_P, _T]:
+    """``coroutine_fn`` run to completion in a new event loop, with its signature."""
+
+    @functools.wraps(coroutine_fn)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return asyncio.run(coroutine_fn(*args, **kwargs))
+
+    return run
 
 
-def run_load(
-    grpc_url: str,
-    model: str,
-    *,
-    concurrency: int | None = None,
-    rate: float | None = None,
-    duration_s: float,
-    batch: int = 1,
-    arrivals: Arrivals = "poisson",
-    max_in_flight: int = 256,
-    request_timeout_s: float = 10.0,
-    seed: int | None = None,
-) -> LoadResult:
-    """Drive ``model`` at ``grpc_url`` (``host:port``) for ``duration_s`` seconds.
-
-    Closed loop with ``concurrency`` clients, or open loop at ``rate`` requests/s with
-    ``arrivals`` spaced as a Poisson process or evenly; each request carries ``batch``
-    samples.  Exactly one of ``concurrency`` and ``rate`` must be given.
-    """
-    return asyncio.run(
-        run_load_async(
-            grpc_url,
-            model,
-            concurrency=concurrency,
-            rate=rate,
-            duration_s=duration_s,
-            batch=batch,
-            arrivals=arrivals,
-            max_in_flight=max_in_flight,
-            request_timeout_s=request_timeout_s,
-            seed=seed,
-        )
-    )
+# The same run for callers outside an event loop: one signature, kept in one place.
+run_load = _blocking(run_load_async)
+run_load.__name__ = run_load.__qualname__ = "run_load"
