@@ -93,15 +93,22 @@ def stub_processes_under(workdirs: Iterable[Path]) -> list[psutil.Process]:
     finds the stubs of given servers (even re-parented ones) and no one else's.
     """
     roots = [str(Path(w)) + os.sep for w in workdirs]
+    return [
+        p
+        for p, cmdline in _live_command_lines()
+        if cmdline[0].endswith(STUB_NAME) and any(cmdline[0].startswith(r) for r in roots)
+    ]
+
+
+def _live_command_lines() -> list[tuple[psutil.Process, list[str]]]:
+    """Every process of this host that is not a zombie, with its (non-empty) command
+    line; processes that exit or deny access while we look are left out."""
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
         try:
             cmdline = p.info["cmdline"] or []
-            if p.info["status"] == psutil.STATUS_ZOMBIE or not cmdline:
-                continue
-            exe = cmdline[0]
-            if exe.endswith(STUB_NAME) and any(exe.startswith(r) for r in roots):
-                found.append(p)
+            if p.info["status"] != psutil.STATUS_ZOMBIE and cmdline:
+                found.append((p, list(cmdline)))
         except psutil.Error:
             continue
     return found
@@ -468,17 +475,9 @@ class TritonServer:
             return []
         stub = str(self.backend_directory / "python" / STUB_NAME)
         repo_arg = f"--model-repository={self.model_repository}"
-        found = []
-        for p in psutil.process_iter(["cmdline", "status"]):
-            try:
-                cmdline = p.info["cmdline"] or []
-                if p.info["status"] == psutil.STATUS_ZOMBIE or not cmdline:
-                    continue
-                if cmdline[0] == stub or repo_arg in cmdline:
-                    found.append(p)
-            except psutil.Error:
-                continue
-        return found
+        return [
+            p for p, cmdline in _live_command_lines() if cmdline[0] == stub or repo_arg in cmdline
+        ]
 
     def stub_processes(self) -> dict[str, psutil.Process]:
         """Live stub processes by model instance name (e.g. ``batched_0_0``).

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from collector.testbed.cli import DEFAULT_CONFIG, load_testbed_config, main
+from collector.testbed.cli import main
+from collector.testbed.config import DEFAULT_CONFIG, load_testbed_config
 from collector.testbed.load import run_load
 from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer, stub_processes_under

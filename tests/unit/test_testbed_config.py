@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from collector.errors import ConfigError
-from collector.testbed.cli import parse_testbed_config
+from collector.testbed.config import parse_testbed_config
 from collector.testbed.models import ModelSpec, config_pbtxt, write_model_repository
 
 HOSTILE = '<img src="x" onerror=alert(1)>'
