@@ -1,8 +1,8 @@
 """What the dashboard can change: apply a stored recommendation to a live Triton.
 
 The one action there is runs ``collector.apply.apply_recommendation`` (load API,
-before/after windows, rollback on a regression, a ``config_applied`` finding) in a
-background thread, because verification takes two windows; the page polls
+before/after windows, rollback on a regression, the outcome recorded in the store) in
+a background thread, because verification takes two windows; the page polls
 ``ConfigActions.job``. Only targets the dashboard was given (``--triton`` or the
 settings file) can be changed: the store knows a target's name, not where it lives.
 The caller checks the role; this module checks everything about the target.
@@ -14,14 +14,22 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import requests
 
-from collector.analysis.recommend import recommendation_from_dict
-from collector.apply import ApplyRefused, ApplyResult, apply_recommendation
-from collector.config import TargetSettings
+from collector.apply import (
+    ApplyInterrupted,
+    ApplyRefused,
+    ApplyResult,
+    TargetUnreachable,
+    apply_recommendation,
+    check_live_changes,
+    stored_recommendation,
+)
+from collector.config import ApplySettings, TargetSettings
 from collector.errors import BatchscopeError
 from collector.records import Recommendation
 from collector.store import Store
@@ -51,50 +59,78 @@ class ApplyJob:
     messages: list[str] = field(default_factory=list)
     verdict: str | None = None
     finished_at: float | None = None
-    before_qps: float | None = None
-    after_qps: float | None = None
-    before_p95_ms: float | None = None
-    after_p95_ms: float | None = None
+    result: ApplyResult | None = None  # once verified
 
     @property
     def done(self) -> bool:
         return self.state != "running"
 
+    @property
+    def before_qps(self) -> float | None:
+        return self.result.before.rates.requests_per_s if self.result else None
+
+    @property
+    def after_qps(self) -> float | None:
+        after = self.result.after if self.result else None
+        return after.rates.requests_per_s if after else None
+
+    @property
+    def before_p95_ms(self) -> float | None:
+        return self.result.before.p95_ms if self.result else None
+
+    @property
+    def after_p95_ms(self) -> float | None:
+        after = self.result.after if self.result else None
+        return after.p95_ms if after else None
+
 
 class ConfigActions:
-    """Applies recommendations to the ``targets`` it knows, over the store at
-    ``store_url``, verifying each for ``verify_s`` seconds before and after."""
+    """Applies recommendations from ``store`` to the ``targets`` it knows, through
+    ``http`` (default: a session of its own, closed by ``close()``), with the windows
+    and thresholds of ``apply``."""
 
-    def __init__(self, targets: Sequence[TargetSettings], store_url: str, *,
-                 verify_s: float = 30.0,
-                 apply: Callable[..., ApplyResult] = apply_recommendation) -> None:
+    def __init__(self, store: Store, targets: Sequence[TargetSettings], *,
+                 http: requests.Session | None = None,
+                 apply: ApplySettings | None = None) -> None:
+        self._store = store
         self._targets = {t.name: t for t in targets}
-        self._store_url = store_url
-        self._verify_s = verify_s
-        self._apply = apply
+        self._own_http = http is None
+        if http is None:
+            http = requests.Session()
+            http.trust_env = False  # talk to the server the settings name, not a proxy
+        self._http = http
+        self._apply = apply or ApplySettings()
         self._jobs: dict[str, ApplyJob] = {}
-        self._probes: dict[str, tuple[float, bool]] = {}
+        self._probes: dict[str, tuple[float, str | None]] = {}
         self._lock = threading.Lock()
+        self._stop = threading.Event()  # close() stops running applies (they roll back)
 
     def knows(self, target: str) -> bool:
         return target in self._targets
 
-    def live_changes_allowed(self, target: str) -> bool:
-        """Whether ``target`` takes config changes through the load API (explicit
-        model control). Probed with an unload of a model name that cannot exist:
-        a server in another mode refuses any load/unload request."""
+    def live_change_refusal(self, target: str) -> str | None:
+        """Why ``target`` cannot take a config change now (unknown, unreachable, not in
+        explicit model control mode), or None when it can. Cached for a minute."""
         settings = self._targets.get(target)
         if settings is None:
-            return False
+            return (f"this dashboard does not know where {target!r} is: start it with "
+                    f"--triton URL for that server to apply changes")
         now = time.monotonic()
         with self._lock:
             cached = self._probes.get(target)
             if cached is not None and now - cached[0] < _PROBE_TTL_S:
                 return cached[1]
-        allowed = _explicit_mode(settings.url)
+        try:
+            check_live_changes(self._http, settings.url)
+            refusal = None
+        except (ApplyRefused, TargetUnreachable) as exc:
+            refusal = str(exc)
         with self._lock:
-            self._probes[target] = (now, allowed)
-        return allowed
+            self._probes[target] = (now, refusal)
+        return refusal
+
+    def live_changes_allowed(self, target: str) -> bool:
+        return self.live_change_refusal(target) is None
 
     def job(self, job_id: str) -> ApplyJob | None:
         with self._lock:
@@ -102,28 +138,22 @@ class ConfigActions:
 
     def start_apply(self, target: str, model: str, recommendation_id: int) -> ApplyJob:
         """Start applying recommendation ``recommendation_id``; raises ``ActionRefused``
-        when the target is unknown, does not allow live changes, has a change of this
-        model already running, or the recommendation changes nothing."""
+        when the target is unknown, unreachable or does not allow live changes, has a
+        change of this model already running, or the recommendation changes nothing."""
         settings = self._targets.get(target)
         if settings is None:
-            raise ActionRefused(f"this dashboard does not know where {target!r} is: start it "
-                                f"with --triton URL for that server to apply changes")
+            raise ActionRefused(str(self.live_change_refusal(target)))
         with self._lock:
             if any(j.target == target and j.model == model and not j.done
                    for j in self._jobs.values()):
                 raise ActionRefused(f"a change of {model!r} on {target!r} is already running")
-        if not self.live_changes_allowed(target):
-            raise ActionRefused(f"{target} does not allow live config changes: start "
-                                f"tritonserver with --model-control-mode=explicit")
-        store = Store(self._store_url)
-        try:
-            stored = next((r for r in store.recommendations(target=target, model=model)
-                           if r.id == recommendation_id), None)
-        finally:
-            store.close()
-        if stored is None:
+        refusal = self.live_change_refusal(target)
+        if refusal is not None:
+            raise ActionRefused(refusal)
+        found = stored_recommendation(self._store, target, model, recommendation_id)
+        if found is None:
             raise ActionRefused(f"no recommendation {recommendation_id} for {model!r}")
-        rec = recommendation_from_dict(dict(stored.change))
+        _, rec = found
         if not rec.changes:
             raise ActionRefused("this recommendation keeps the current config: nothing to apply")
         job = ApplyJob(id=uuid.uuid4().hex, target=target, model=model,
@@ -134,9 +164,16 @@ class ConfigActions:
                          name=f"apply-{model}", daemon=True).start()
         return job
 
-    def _update(self, job_id: str, **changes: object) -> None:
+    def close(self) -> None:
+        """Stop running applies (a change not yet verified is rolled back) and close
+        the session this object opened."""
+        self._stop.set()
+        if self._own_http:
+            self._http.close()
+
+    def _update(self, job_id: str, **changes: Any) -> None:
         with self._lock:
-            self._jobs[job_id] = replace(self._jobs[job_id], **changes)  # type: ignore[arg-type]
+            self._jobs[job_id] = replace(self._jobs[job_id], **changes)
 
     def _say(self, job_id: str, message: str) -> None:
         with self._lock:
@@ -144,46 +181,20 @@ class ConfigActions:
             self._jobs[job_id] = replace(job, messages=[*job.messages, message])
 
     def _run(self, job_id: str, settings: TargetSettings, rec: Recommendation) -> None:
-        store = Store(self._store_url)
+        job = self.job(job_id)
+        assert job is not None
         try:
-            result = self._apply(settings, rec, verify_s=self._verify_s, store=store,
-                                 say=lambda m: self._say(job_id, m))
-            job = self.job(job_id)
-            assert job is not None
-            status = "rolled_back" if result.rolled_back else "applied"
-            store.record_recommendation_outcome(
-                job.recommendation_id, status=status, applied_at=time.time(),
-                verification={"verdict": result.verdict,
-                              "before_qps": result.before.qps,
-                              "after_qps": result.after.qps if result.after else None,
-                              "before_p95_ms": result.before.p95_ms,
-                              "after_p95_ms": result.after.p95_ms if result.after else None})
+            result = apply_recommendation(
+                settings, rec, store=self._store, http=self._http, settings=self._apply,
+                recommendation_id=job.recommendation_id, wait=self._stop.wait,
+                say=lambda m: self._say(job_id, m))
             self._update(job_id, state="rolled_back" if result.rolled_back else "kept",
-                         verdict=result.verdict, finished_at=time.time(),
-                         before_qps=result.before.qps,
-                         after_qps=result.after.qps if result.after else None,
-                         before_p95_ms=result.before.p95_ms,
-                         after_p95_ms=result.after.p95_ms if result.after else None)
-        except ApplyRefused as exc:
+                         verdict=result.verdict.summary, finished_at=time.time(),
+                         result=result)
+        except (ApplyRefused, ApplyInterrupted) as exc:  # nothing was changed
             self._update(job_id, state="refused", verdict=str(exc), finished_at=time.time())
         except Exception as exc:  # the page must learn the outcome, whatever it was
-            log.exception("apply of %s failed", rec)
+            if not isinstance(exc, TargetUnreachable):
+                log.exception("apply of %s failed", rec)
             self._update(job_id, state="failed", verdict=f"failed: {exc}",
                          finished_at=time.time())
-        finally:
-            store.close()
-
-
-def _explicit_mode(url: str) -> bool:
-    with requests.Session() as session:
-        session.trust_env = False  # as collector.apply: talk to the server, not a proxy
-        try:
-            response = session.post(f"{url}/v2/repository/models/"
-                                    f"batchscope-probe-{uuid.uuid4().hex[:8]}/unload",
-                                    timeout=5.0)
-        except requests.RequestException:
-            return False
-    if response.ok:
-        return True
-    text = response.text.lower()
-    return not ("not allowed" in text or "polling is enabled" in text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -13,23 +14,40 @@ from tests.browser.seed import model_config, store_recommendation
 
 
 def test_an_unknown_target_is_refused(tmp_path: Path) -> None:
-    actions = ConfigActions([], f"sqlite:///{tmp_path}/a.db")
-    assert not actions.knows("t")
-    assert not actions.live_changes_allowed("t")
-    with pytest.raises(ActionRefused, match="does not know where 't' is"):
-        actions.start_apply("t", "m", 1)
+    store = Store(f"sqlite:///{tmp_path}/a.db")
+    actions = ConfigActions(store, [])
+    try:
+        assert not actions.knows("t")
+        assert not actions.live_changes_allowed("t")
+        with pytest.raises(ActionRefused, match="does not know where 't' is"):
+            actions.start_apply("t", "m", 1)
+    finally:
+        actions.close()
+        store.close()
 
 
-def test_a_server_that_cannot_be_reached_takes_no_live_change(tmp_path: Path) -> None:
-    # Port 9 (discard) on loopback: nothing listens, the probe fails fast.
-    target = target_from_url("http://127.0.0.1:9")
-    url = f"sqlite:///{tmp_path}/a.db"
-    store = Store(url)
+def test_a_server_that_cannot_be_reached_is_refused_as_unreachable(tmp_path: Path) -> None:
+    # A port just closed on loopback: nothing listens, the probe fails fast.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    target = target_from_url(f"http://127.0.0.1:{port}")
+    store = Store(f"sqlite:///{tmp_path}/a.db")
     rid = store_recommendation(store, target=target.name, config=model_config("m", batching=False),
                                qps=10.0, p95_ms=20.0, created_at=1.0)
-    store.close()
-    actions = ConfigActions([target], url)
-    assert actions.knows(target.name)
-    assert not actions.live_changes_allowed(target.name)
-    with pytest.raises(ActionRefused, match="does not allow live config changes"):
-        actions.start_apply(target.name, "m", rid)
+    actions = ConfigActions(store, [target])
+    try:
+        assert actions.knows(target.name)
+        assert not actions.live_changes_allowed(target.name)
+        refusal = actions.live_change_refusal(target.name)
+        assert refusal is not None and "could not reach" in refusal
+        # Unreachable is not "closed to live changes": the operator must not restart
+        # a Triton that is merely down or mistyped.
+        with pytest.raises(ActionRefused, match="could not reach") as err:
+            actions.start_apply(target.name, "m", rid)
+        assert "does not allow live config changes" not in str(err.value)
+        [stored] = store.recommendations(model="m")
+        assert stored.applied_at is None  # nothing was recorded as applied
+    finally:
+        actions.close()
+        store.close()
