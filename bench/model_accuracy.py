@@ -19,22 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from collector.analysis.recommend import (  # noqa: E402
+from collector.analysis.recommend import (
     RecommendSettings,
     batcher_model,
     observe_model,
 )
-from collector.records import BatcherConfig  # noqa: E402
-from collector.store import Store  # noqa: E402
+from collector.records import BatcherConfig
+from collector.store import Store
 
 
 def _batcher(doc: dict[str, Any]) -> BatcherConfig:

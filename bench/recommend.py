@@ -73,18 +73,14 @@ from typing import Any
 import psutil
 
 # Run as a script (``python bench/recommend.py``) the repository root is not on the path.
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from collector.analysis.configs import config_with  # noqa: E402
-from collector.config import Settings, target_from_url  # noqa: E402
-from collector.records import BatcherConfig, Recommendation  # noqa: E402
-from collector.scheduler import CollectorService, build_sources  # noqa: E402
-from collector.store import Store  # noqa: E402
-from collector.testbed.load import LoadResult, run_load  # noqa: E402
-from collector.testbed.models import ModelSpec  # noqa: E402
-from collector.testbed.server import TritonServer  # noqa: E402
+from collector.analysis.configs import config_with
+from collector.config import Settings, target_from_url
+from collector.records import BatcherConfig, Recommendation
+from collector.scheduler import CollectorService, build_sources
+from collector.store import Store
+from collector.testbed.load import LoadResult, run_load
+from collector.testbed.models import ModelSpec
+from collector.testbed.server import TritonServer
 
 __all__ = ["CASES", "BenchReport", "main"]
 
