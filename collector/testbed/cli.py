@@ -8,10 +8,11 @@ collector.testbed`` runs the same commands without the rest of batchscope.
 from __future__ import annotations
 
 import argparse
+import inspect
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -68,12 +69,7 @@ def _add_up_command(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     testbed_sub = testbed.add_subparsers(dest="testbed_command", metavar="COMMAND")
     testbed_sub.required = True
-    up = testbed_sub.add_parser(
-        "up",
-        help="start the server, print its URLs and run until Ctrl-C",
-        description="Start tritonserver with the models of a YAML config, print its HTTP, "
-        "gRPC and metrics URLs, and serve until Ctrl-C or SIGTERM; then stop it cleanly.",
-    )
+    up = _command_parser(testbed_sub, "up", _cmd_up)
     up.add_argument(
         "--config",
         type=Path,
@@ -82,16 +78,10 @@ def _add_up_command(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="testbed YAML (default: the packaged default.yaml with models "
         "'batched' and 'unbatched')",
     )
-    up.set_defaults(func=_cmd_up)
 
 
 def _add_load_command(subparsers: argparse._SubParsersAction[Any]) -> None:
-    load = subparsers.add_parser(
-        "load",
-        help="drive a Triton model with gRPC requests and report QPS and latency",
-        description="Closed-loop (--concurrency) or open-loop (--rate) load over gRPC. "
-        "Exit status: 0 when every request succeeded, 1 when any failed, 2 on bad usage.",
-    )
+    load = _command_parser(subparsers, "load", _cmd_load)
     where = load.add_mutually_exclusive_group(required=True)
     where.add_argument(
         "--grpc",
@@ -141,10 +131,29 @@ def _add_load_command(subparsers: argparse._SubParsersAction[Any]) -> None:
     load.add_argument("--timeout", dest="request_timeout_s", type=_positive_float,
                       default=10.0, metavar="S", help="per-request timeout in seconds (10)")
     load.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    load.set_defaults(func=_cmd_load)
+
+
+def _command_parser(
+    subparsers: argparse._SubParsersAction[Any],
+    name: str,
+    command: Callable[[argparse.Namespace], int],
+) -> argparse.ArgumentParser:
+    """The parser of a command that runs ``command``: its help is the first paragraph
+    of the command's docstring, its description the second."""
+    summary, _, details = inspect.cleandoc(command.__doc__ or "").partition("\n\n")
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=" ".join(summary.split()), description=" ".join(details.split()) or None
+    )
+    parser.set_defaults(func=command)
+    return parser
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    """start the server, print its URLs and run until Ctrl-C
+
+    Start tritonserver with the models of a YAML config, print its HTTP, gRPC and
+    metrics URLs, and serve until Ctrl-C or SIGTERM; then stop it cleanly.
+    """
     try:
         config = load_testbed_config(args.config)
     except ConfigError as exc:
@@ -187,6 +196,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_load(args: argparse.Namespace) -> int:
+    """drive a Triton model with gRPC requests and report QPS and latency
+
+    Closed-loop (--concurrency) or open-loop (--rate) load over gRPC. Exit status: 0
+    when every request succeeded, 1 when any failed, 2 on bad usage.
+    """
     from collector.testbed.load import LoadResult, run_load
 
     try:
