@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from collector.records import DeviceSample, ProcessSample, TritonSnapshot
+from collector.records import DeviceSample, HostFacts, ProcessSample, TritonSnapshot
 
 __all__ = ["Record", "Source", "SourceSpec", "SOURCES", "register_source"]
 
-Record = TritonSnapshot | DeviceSample | ProcessSample
+Record = TritonSnapshot | DeviceSample | ProcessSample | HostFacts
 
 
 @runtime_checkable

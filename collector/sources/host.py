@@ -7,12 +7,16 @@ is among its arguments. That gives per-instance CPU use on any machine, and on a
 host the same pid map keys NVML's per-process SM utilisation (the join is done by pid
 at query time).
 
+Each tick also yields the ``HostFacts`` of the machine Triton runs on (its CPU
+count), which the analysis uses instead of the facts of whatever machine runs it.
+
 Only a target whose URL names this host is looked up: for a remote Triton there is
 nothing to read here (run batchscope next to it instead).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -24,10 +28,10 @@ import psutil
 
 from collector.config import DEFAULT_HTTP_PORT, TargetSettings
 from collector.errors import TargetDown
-from collector.records import ProcessSample
+from collector.records import HostFacts, ProcessSample
 from collector.sources.base import SourceSpec, register_source
 
-__all__ = ["HostSource", "StubIdentity", "http_port_of", "stub_identity"]
+__all__ = ["HostSource", "StubIdentity", "http_port_of", "server_cpu_count", "stub_identity"]
 
 SERVER_NAME = "tritonserver"
 STUB_NAME = "triton_python_backend_stub"
@@ -65,6 +69,25 @@ def http_port_of(cmdline: Sequence[str]) -> int:
     return DEFAULT_HTTP_PORT
 
 
+def server_cpu_count(server: psutil.Process) -> int | None:
+    """How many logical CPUs the Triton server may run on.
+
+    Its own CPU affinity where the platform has one (Linux, Windows): a server started
+    under ``taskset`` or in a container with ``--cpuset-cpus`` runs its threads and
+    its Python-backend stubs (which inherit the affinity) on those CPUs only, and
+    batchscope's own affinity says nothing about Triton's when the two are pinned
+    apart. Elsewhere, or when the affinity cannot be read, the machine's logical CPU
+    count. A CPU *quota* (``docker --cpus``) is not seen: it is a share of time on
+    these CPUs, not fewer of them. ``None`` only when even the machine's count is
+    unknown.
+    """
+    try:
+        return len(server.cpu_affinity())
+    except (AttributeError, psutil.Error, OSError):
+        # AttributeError: psutil has no cpu_affinity on this platform (macOS).
+        return psutil.cpu_count(logical=True) or os.cpu_count()
+
+
 def _is_local(host: str | None) -> bool:
     if host is None:
         return False
@@ -77,7 +100,12 @@ def _is_local(host: str | None) -> bool:
 
 
 class HostSource:
-    """CPU and memory of one target's Triton process tree on this host."""
+    """CPU and memory of one target's Triton process tree on this host, and the facts
+    of this host (``HostFacts``).
+
+    ``clock`` times CPU use (monotonic seconds); ``wall_clock`` (Unix seconds) stamps
+    the facts.
+    """
 
     name = "host"
 
@@ -87,6 +115,7 @@ class HostSource:
         *,
         processes: Callable[[], Iterable[psutil.Process]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.target = target.name
         parts = urlsplit(target.url)
@@ -94,6 +123,7 @@ class HostSource:
         self._port = parts.port or DEFAULT_HTTP_PORT
         self._processes = processes or (lambda: psutil.process_iter(["name", "cmdline"]))
         self._clock = clock
+        self._wall_clock = wall_clock
         # (pid, create_time) -> (clock reading, cumulative CPU seconds): the previous tick.
         self._cpu_before: dict[tuple[int, float], tuple[float, float]] = {}
 
@@ -121,15 +151,27 @@ class HostSource:
             return None
         return max(used - before[1], 0.0) / (now - before[0]) * 100.0
 
-    def collect(self) -> list[ProcessSample]:
+    def collect(self) -> list[ProcessSample | HostFacts]:
         if not self._local:
             return []
+        collected_at = self._wall_clock()
         server = self._server()
         if server is None:
             raise TargetDown(
                 f"{self.target}: no {SERVER_NAME} process serving HTTP port "
                 f"{self._port} on this host"
             )
+        records: list[ProcessSample | HostFacts] = []
+        records.extend(self._process_samples(server))
+        cpu_count = server_cpu_count(server)
+        if cpu_count is not None:
+            records.append(
+                HostFacts(target=self.target, collected_at=collected_at, cpu_count=cpu_count)
+            )
+        return records
+
+    def _process_samples(self, server: psutil.Process) -> list[ProcessSample]:
+        """The server and its Python-backend stubs, with CPU use since the last tick."""
         now = self._clock()
         samples: list[ProcessSample] = []
         seen: set[tuple[int, float]] = set()

@@ -1,13 +1,18 @@
-"""Mapping Triton's processes to model instances from their command lines."""
+"""Mapping Triton's processes to model instances from their command lines, and the
+facts of the machine Triton runs on."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import psutil
+import pytest
 
 from collector.config import target_from_url
+from collector.records import HostFacts, ProcessSample
 from collector.sources.host import HostSource, http_port_of, stub_identity
 
 # As recorded from the CPU testbed (`ps -o args`), with the temporary folder renamed.
@@ -65,3 +70,52 @@ def test_local_target_without_server_is_reported_down() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+FAKE_SERVER_PORT = 18123
+FAKE_SERVER_TARGET = target_from_url(f"http://127.0.0.1:{FAKE_SERVER_PORT}")
+
+
+@pytest.fixture
+def fake_server() -> Iterator[subprocess.Popen[bytes]]:
+    """A real process whose command line reads as a tritonserver on FAKE_SERVER_PORT."""
+    child = subprocess.Popen(
+        ["tritonserver", "-c", "import time; time.sleep(30)", f"--http-port={FAKE_SERVER_PORT}"],
+        executable=sys.executable,
+    )
+    try:
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _collect(server: subprocess.Popen[bytes]) -> list[ProcessSample | HostFacts]:
+    source = HostSource(FAKE_SERVER_TARGET, processes=lambda: [psutil.Process(server.pid)],
+                        wall_clock=lambda: 1234.5)
+    return source.collect()
+
+
+def test_host_facts_give_the_cpu_count_of_the_triton_host(
+    fake_server: subprocess.Popen[bytes],
+) -> None:
+    records = _collect(fake_server)
+    server = [r for r in records if isinstance(r, ProcessSample)]
+    assert [(r.pid, r.role) for r in server] == [(fake_server.pid, "server")]
+    expected = len(psutil.Process(fake_server.pid).cpu_affinity())
+    assert [r for r in records if isinstance(r, HostFacts)] == [
+        HostFacts(target=FAKE_SERVER_TARGET.name, collected_at=1234.5, cpu_count=expected)
+    ]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_host_facts_count_the_cpus_triton_may_use_not_ours(
+    fake_server: subprocess.Popen[bytes],
+) -> None:
+    # Triton pinned to one CPU (taskset, --cpuset-cpus) while batchscope may use more:
+    # the count is Triton's.
+    os.sched_setaffinity(fake_server.pid, {min(os.sched_getaffinity(0))})
+    facts = [r for r in _collect(fake_server) if isinstance(r, HostFacts)]
+    assert [f.cpu_count for f in facts] == [1]
+    assert len(os.sched_getaffinity(0)) >= 2
