@@ -2,10 +2,14 @@
 
 ``Store`` writes the typed records of ``collector.records`` and reads them back,
 wrapped in the rows of ``collector.store.rows``; ``collector.store.schema`` is the
-SQLAlchemy schema behind it, for this package's use only.
+SQLAlchemy schema behind it, for this package's use only; its migrations live in
+``collector/store/migrations`` and run when a store is first used.
 """
 
+from collector.analysis.health import HOST_KIND, PRIMARY_SOURCE, TRITON_KIND
 from collector.store.rows import (
+    RECOMMENDATION_OUTCOMES,
+    RECOMMENDATION_STATUSES,
     DetectorStreak,
     DeviceRollup,
     ModelRollup,
@@ -20,9 +24,11 @@ from collector.store.rows import (
     TargetState,
     TargetTransition,
 )
-from collector.store.store import HOST_KIND, PRIMARY_SOURCE, TRITON_KIND, Store
+from collector.store.store import Store
 
 __all__ = [
+    "RECOMMENDATION_OUTCOMES",
+    "RECOMMENDATION_STATUSES",
     "HOST_KIND",
     "PRIMARY_SOURCE",
     "TRITON_KIND",

@@ -10,9 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.records import DeviceSample, ModelConfig, ProcessSample, ServerMetrics
+from collector.records import (
+    DeviceSample,
+    ModelConfig,
+    ModelPeaks,
+    ModelRates,
+    ProcessSample,
+    Recommendation,
+    ServerMetrics,
+)
 
 __all__ = [
+    "RECOMMENDATION_OUTCOMES",
+    "RECOMMENDATION_STATUSES",
     "DetectorStreak",
     "DeviceRollup",
     "ModelRollup",
@@ -119,11 +129,11 @@ class ModelRollup:
     """One closed bucket ``[bucket_start, bucket_start + bucket_s)`` of one (model,
     version)'s raw samples.
 
-    Averages are weighted so that they equal the rate over the whole bucket:
-    per-second rates and ``busy_share`` by window length, per-request durations and
-    ``queue_share`` by requests, ``avg_batch_size`` by executions. A field is ``None``
-    when no sample in the bucket had it. ``rated_count`` counts samples that had rates
-    (the first sample of a series has none); ``rated_s`` is the time their windows cover.
+    ``rates`` are the rates over the windows of the bucket's rated scrapes, merged by
+    ``collector.analysis.rates.merge_over_time`` (``rates.window_s`` is the time they
+    cover), ``peaks`` the highest per-scrape figures; both ``None`` when no scrape in
+    the bucket had rates (the first scrape of a series has none). The pending-request
+    gauge is a plain mean and a maximum over every scrape that had it.
     """
 
     target: str
@@ -132,27 +142,9 @@ class ModelRollup:
     bucket_start: float
     bucket_s: float
     sample_count: int
-    rated_count: int
-    rated_s: float
-    requests_per_s: float | None = None
-    inferences_per_s: float | None = None
-    executions_per_s: float | None = None
-    fail_per_s: float | None = None
-    avg_batch_size: float | None = None
-    queue_us_per_request: float | None = None
-    compute_input_us_per_request: float | None = None
-    compute_infer_us_per_request: float | None = None
-    compute_output_us_per_request: float | None = None
-    request_us_per_request: float | None = None
-    queue_share: float | None = None
-    busy_share: float | None = None
+    rates: ModelRates | None = None
+    peaks: ModelPeaks | None = None
     pending_request_count: float | None = None
-    requests_per_s_max: float | None = None
-    avg_batch_size_max: float | None = None
-    queue_us_per_request_max: float | None = None
-    request_us_per_request_max: float | None = None
-    queue_share_max: float | None = None
-    busy_share_max: float | None = None
     pending_request_count_max: float | None = None
 
 
@@ -244,16 +236,41 @@ class DetectorStreak:
         return (self.kind, self.target, self.subject)
 
 
+#: What an apply may record about a recommendation.
+RECOMMENDATION_OUTCOMES = ("applied", "kept", "rolled_back", "failed")
+#: ``"open"`` until an outcome is recorded.
+RECOMMENDATION_STATUSES = ("open", *RECOMMENDATION_OUTCOMES)
+
+
 @dataclass(frozen=True)
 class StoredRecommendation:
+    """A stored ``Recommendation`` and what became of it: ``status`` is ``"open"``
+    until an apply records ``"applied"``, ``"kept"``, ``"rolled_back"`` or ``"failed"``
+    at ``applied_at`` with its ``verification`` figures."""
+
     id: int
-    target: str
-    model: str
-    created_at: float
-    change: dict[str, Any]
-    predicted: dict[str, Any]
-    confidence: float
-    config_fragment: str
-    status: str
+    recommendation: Recommendation
+    status: str = "open"
     applied_at: float | None = None
     verification: dict[str, Any] | None = None
+
+    @property
+    def target(self) -> str:
+        return self.recommendation.target
+
+    @property
+    def model(self) -> str:
+        return self.recommendation.model
+
+    @property
+    def created_at(self) -> float:
+        return self.recommendation.created_at
+
+    @property
+    def kind(self) -> str:
+        """``"tune"``, ``"probe"`` or ``"no_change"``."""
+        return self.recommendation.kind
+
+    @property
+    def confidence(self) -> float:
+        return self.recommendation.confidence

@@ -16,12 +16,17 @@ Only ``collector.store`` imports this module.
 
 from __future__ import annotations
 
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Column,
     Float,
     ForeignKey,
     Index,
@@ -31,11 +36,25 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
+
+from collector.records import (
+    HostFacts,
+    ModelPeaks,
+    ModelRates,
+    ProcessSample,
+    Recommendation,
+    ServerMetrics,
+)
 
 __all__ = [
+    "PEAK_COLUMNS",
+    "RATE_COLUMNS",
+    "RECOMMENDATION_JSON_FIELDS",
     "Base",
     "BatchStatRow",
     "DetectorStreakRow",
+    "HostFactsRow",
     "DeviceRollupRow",
     "DeviceSampleRow",
     "FindingRow",
@@ -49,6 +68,7 @@ __all__ = [
     "ServerSampleRow",
     "TargetRow",
     "TransitionRow",
+    "record_columns",
 ]
 
 # SQLite only auto-increments a column declared exactly ``INTEGER PRIMARY KEY``;
@@ -75,6 +95,81 @@ class Base(DeclarativeBase):
         bool: Boolean(),
         dict[str, Any]: JSONDoc,
     }
+
+
+# --------------------------------------------------------------------------- columns from records
+
+_SCALAR_TYPES: dict[type, TypeEngine[Any]] = {
+    float: Float(),
+    int: BigInteger(),
+    str: Text(),
+    bool: Boolean(),
+}
+
+
+def record_columns(
+    record: type,
+    *,
+    rename: Mapping[str, str] | None = None,
+    skip: tuple[str, ...] = (),
+    types_: Mapping[str, TypeEngine[Any]] | None = None,
+    nullable: bool | None = None,
+) -> list[Column[Any]]:
+    """One column per field of dataclass ``record``, so a table that stores a record
+    never repeats its field list: the name (or ``rename[name]``), the type from the
+    annotation (scalars as ``type_annotation_map``; anything else, e.g. a dict, a
+    tuple or a nested record, as a JSON document), NULL allowed when the annotation
+    allows ``None`` (or as ``nullable`` says for every column)."""
+    rename = rename or {}
+    types_ = types_ or {}
+    hints = typing.get_type_hints(record)
+    columns: list[Column[Any]] = []
+    for f in fields(record):
+        if f.name in skip:
+            continue
+        hint = hints[f.name]
+        args = typing.get_args(hint) if isinstance(hint, types.UnionType) else ()
+        optional = type(None) in args
+        base = next((a for a in args if a is not type(None)), hint) if args else hint
+        sql_type = types_.get(f.name) or _SCALAR_TYPES.get(base) or JSONDoc
+        columns.append(
+            Column(
+                rename.get(f.name, f.name),
+                sql_type,
+                nullable=optional if nullable is None else nullable,
+            )
+        )
+    return columns
+
+
+def _add_columns(table: type[Base], columns: list[Column[Any]]) -> None:
+    # Declarative classes take columns assigned after the class body.
+    for column in columns:
+        setattr(table, column.name, column)
+
+
+#: ``ModelRates`` fields stored under another column name (a sample's "window" and
+#: "resets" would read as the scrape's own).
+RATE_COLUMNS: dict[str, str] = {"window_s": "rate_window_s", "resets": "rate_resets"}
+#: ``ModelPeaks`` fields are stored as ``<field>_max``.
+PEAK_COLUMNS: dict[str, str] = {f.name: f"{f.name}_max" for f in fields(ModelPeaks)}
+#: ``Recommendation`` fields stored as JSON documents (the rest are scalar columns).
+RECOMMENDATION_JSON_FIELDS = (
+    "changes",
+    "current_config",
+    "proposed_config",
+    "current",
+    "predicted",
+    "evidence",
+)
+
+
+def _rate_columns() -> list[Column[Any]]:
+    # Every rate column is NULL where there are no rates (the first scrape of a series,
+    # a bucket without rated scrapes); ``resets`` is a small count.
+    return record_columns(
+        ModelRates, rename=RATE_COLUMNS, types_={"resets": Integer()}, nullable=True
+    )
 
 
 # --------------------------------------------------------------------------- targets
@@ -186,22 +281,10 @@ class ModelSampleRow(Base):
     stats_cache_miss_count: Mapped[int | None]
     stats_cache_miss_ns: Mapped[int | None]
 
-    # ModelRates
-    rate_window_s: Mapped[float | None]
-    requests_per_s: Mapped[float | None]
-    inferences_per_s: Mapped[float | None]
-    executions_per_s: Mapped[float | None]
-    fail_per_s: Mapped[float | None]
-    fail_per_s_by_reason: Mapped[dict[str, Any] | None]
-    avg_batch_size: Mapped[float | None]
-    queue_us_per_request: Mapped[float | None]
-    compute_input_us_per_request: Mapped[float | None]
-    compute_infer_us_per_request: Mapped[float | None]
-    compute_output_us_per_request: Mapped[float | None]
-    request_us_per_request: Mapped[float | None]
-    queue_share: Mapped[float | None]
-    busy_share: Mapped[float | None]
-    rate_resets: Mapped[int | None] = mapped_column(Integer)
+    # ModelRates: see ``_rate_columns`` (added below the class).
+
+
+_add_columns(ModelSampleRow, _rate_columns())
 
 
 class BatchStatRow(Base):
@@ -262,11 +345,10 @@ class ServerSampleRow(Base):
     id: Mapped[int] = mapped_column(ID, primary_key=True)
     target_id: Mapped[int] = mapped_column(ID, ForeignKey("targets.id"))
     collected_at: Mapped[float]
-    cpu_utilization: Mapped[float | None]
-    cpu_memory_total_bytes: Mapped[float | None]
-    cpu_memory_used_bytes: Mapped[float | None]
-    pinned_memory_pool_total_bytes: Mapped[float | None]
-    pinned_memory_pool_used_bytes: Mapped[float | None]
+    # ServerMetrics: see below the class.
+
+
+_add_columns(ServerSampleRow, record_columns(ServerMetrics))
 
 
 class DeviceSampleRow(Base):
@@ -309,24 +391,19 @@ class ProcessSampleRow(Base):
     id: Mapped[int] = mapped_column(ID, primary_key=True)
     target_id: Mapped[int] = mapped_column(ID, ForeignKey("targets.id"))
     collected_at: Mapped[float]
-    source: Mapped[str]
-    pid: Mapped[int]
-    role: Mapped[str]
-    model: Mapped[str | None]
-    instance_name: Mapped[str | None]
-    cpu_pct: Mapped[float | None]
-    rss_bytes: Mapped[int | None]
-    gpu_uuid: Mapped[str | None]
-    sm_util_pct: Mapped[float | None]
-    mem_util_pct: Mapped[float | None]
-    gpu_memory_bytes: Mapped[int | None]
+    # ProcessSample: see below the class.
+
+
+_add_columns(ProcessSampleRow, record_columns(ProcessSample))
 
 
 # --------------------------------------------------------------------------- rollups
 
 
 class ModelRollupRow(Base):
-    """See ``rows.ModelRollup`` for how each average is weighted."""
+    """One bucket of one (model, version): its ``ModelRates`` (the columns of
+    ``model_samples``, merged over the bucket), its ``ModelPeaks`` (``<field>_max``)
+    and the pending-request gauge's mean and maximum."""
 
     __tablename__ = "model_rollups"
     __table_args__ = (
@@ -339,28 +416,12 @@ class ModelRollupRow(Base):
     bucket_start: Mapped[float]
     bucket_s: Mapped[float]
     sample_count: Mapped[int] = mapped_column(Integer)
-    rated_count: Mapped[int] = mapped_column(Integer)
-    rated_s: Mapped[float]
-    requests_per_s: Mapped[float | None]
-    inferences_per_s: Mapped[float | None]
-    executions_per_s: Mapped[float | None]
-    fail_per_s: Mapped[float | None]
-    avg_batch_size: Mapped[float | None]
-    queue_us_per_request: Mapped[float | None]
-    compute_input_us_per_request: Mapped[float | None]
-    compute_infer_us_per_request: Mapped[float | None]
-    compute_output_us_per_request: Mapped[float | None]
-    request_us_per_request: Mapped[float | None]
-    queue_share: Mapped[float | None]
-    busy_share: Mapped[float | None]
     pending_request_count: Mapped[float | None]
-    requests_per_s_max: Mapped[float | None]
-    avg_batch_size_max: Mapped[float | None]
-    queue_us_per_request_max: Mapped[float | None]
-    request_us_per_request_max: Mapped[float | None]
-    queue_share_max: Mapped[float | None]
-    busy_share_max: Mapped[float | None]
     pending_request_count_max: Mapped[float | None]
+
+
+_add_columns(ModelRollupRow, _rate_columns())
+_add_columns(ModelRollupRow, record_columns(ModelPeaks, rename=PEAK_COLUMNS))
 
 
 class DeviceRollupRow(Base):
@@ -443,17 +504,33 @@ class DetectorStreakRow(Base):
 
 
 class RecommendationRow(Base):
+    """A ``Recommendation``, each field stored once (scalars as columns, the nested
+    parts as JSON), and what became of it: ``status`` is ``"open"`` until an apply
+    records ``"applied"``, ``"kept"``, ``"rolled_back"`` or ``"failed"`` at
+    ``applied_at`` with the ``verification`` figures."""
+
     __tablename__ = "recommendations"
-    __table_args__ = (Index(None, "target", "model", "created_at"),)
 
     id: Mapped[int] = mapped_column(ID, primary_key=True)
-    target: Mapped[str]
-    model: Mapped[str]
-    created_at: Mapped[float]
-    change: Mapped[dict[str, Any]]
-    predicted: Mapped[dict[str, Any]]
-    confidence: Mapped[float]
-    config_fragment: Mapped[str]
     status: Mapped[str]
     applied_at: Mapped[float | None]
     verification: Mapped[dict[str, Any] | None]
+
+
+_add_columns(RecommendationRow, record_columns(Recommendation))
+_RECOMMENDATIONS = RecommendationRow.__table__.c
+Index(None, _RECOMMENDATIONS.target, _RECOMMENDATIONS.model, _RECOMMENDATIONS.created_at)
+
+
+# --------------------------------------------------------------------------- host facts
+
+
+class HostFactsRow(Base):
+    """The latest ``HostFacts`` of each target."""
+
+    __tablename__ = "host_facts"
+
+    target_id: Mapped[int] = mapped_column(ID, ForeignKey("targets.id"), primary_key=True)
+
+
+_add_columns(HostFactsRow, record_columns(HostFacts, skip=("target",)))

@@ -12,18 +12,24 @@ from pathlib import Path
 
 import pytest
 
+from collector.analysis.rates import merge_over_time, peak_rates
 from collector.errors import ConfigError
 from collector.records import (
+    BatcherConfig,
     BatchStat,
+    ConfigChange,
     DeviceSample,
     Duration,
+    HostFacts,
     ModelConfig,
     ModelMetrics,
     ModelRates,
     ModelSample,
     ModelStats,
+    Prediction,
     ProcessSample,
     QueuePolicy,
+    Recommendation,
     ServerMetrics,
     TritonSnapshot,
 )
@@ -377,15 +383,7 @@ def test_findings_and_recommendations_read_back(store: Store) -> None:
         evidence={"sm_active_pct": 4.5, "samples": 720},
         created_at=T0 + 3600,
     )
-    rid = store.add_recommendation(
-        target="triton-a",
-        model="resnet",
-        change={"max_queue_delay_us": 500},
-        predicted={"qps": 2450.0, "p95_ms": 21.0},
-        confidence=0.8,
-        config_fragment="dynamic_batching { max_queue_delay_microseconds: 500 }",
-        created_at=T0 + 3600,
-    )
+    rid = store.add_recommendation(a_recommendation())
     [finding] = store.findings(target="triton-a")
     assert (finding.id, finding.kind, finding.evidence, finding.resolved_at) == (
         fid,
@@ -395,14 +393,55 @@ def test_findings_and_recommendations_read_back(store: Store) -> None:
     )
     assert store.findings(kind="queue_saturation") == []
     [rec] = store.recommendations(model="resnet")
-    assert (rec.id, rec.change, rec.predicted, rec.status, rec.verification) == (
+    assert (rec.id, rec.recommendation, rec.kind, rec.status, rec.verification) == (
         rid,
-        {"max_queue_delay_us": 500},
-        {"qps": 2450.0, "p95_ms": 21.0},
-        "proposed",
+        a_recommendation(),
+        "tune",
+        "open",
         None,
     )
-    assert rec.config_fragment.startswith("dynamic_batching")
+    assert rec.recommendation.config_pbtxt.startswith("dynamic_batching")
+    assert store.recommendations(status="kept") == []
+    assert [r.id for r in store.recommendations(kind="tune", target="triton-a")] == [rid]
+
+
+def a_recommendation(kind: str = "tune", created_at: float = T0 + 3600) -> Recommendation:
+    """Every field set, nested records and evidence of every JSON type included."""
+    current = BatcherConfig(max_batch_size=32, dynamic_batching=True,
+                            preferred_batch_sizes=(8, 16), max_queue_delay_us=100)
+    proposed = replace(current, max_queue_delay_us=500, instance_count=2)
+    return Recommendation(
+        target="triton-a", model="resnet", created_at=created_at, kind=kind,
+        changes=(ConfigChange("max_queue_delay_us", 100, 500),
+                 ConfigChange("instance_count", 1, 2)),
+        current_config=current, proposed_config=proposed,
+        current=Prediction(qps=2000.0, p95_ms=25.0, p50_ms=11.0, avg_batch_size=6.5,
+                           busy_share=0.7),
+        predicted=Prediction(qps=2450.0, p95_ms=21.0), confidence=0.8,
+        reason="batches of 8 cost little more than batches of 1", slo_p95_ms=30.0,
+        config_pbtxt="dynamic_batching { max_queue_delay_microseconds: 500 }",
+        config_json='{"name": "resnet"}',
+        evidence={"fit_points": 4, "r2": 0.98, "source": "batch_stats", "probe": False,
+                  "slo": None})
+
+
+def test_recommendation_outcome_is_its_status(store: Store) -> None:
+    rid = store.add_recommendation(a_recommendation())
+    other = store.add_recommendation(a_recommendation("probe", created_at=T0 + 4000))
+    done = store.record_recommendation_outcome(
+        rid, outcome="rolled_back", at=T0 + 3700, verification={"verdict": "p95 grew"})
+    assert (done.status, done.applied_at, done.verification, done.kind) == (
+        "rolled_back", T0 + 3700, {"verdict": "p95 grew"}, "tune")
+    assert done.recommendation == a_recommendation()
+    assert [r.id for r in store.recommendations(status="open")] == [other]
+    assert store.recommendations(status="rolled_back") == [done]
+    failed = store.record_recommendation_outcome(other, outcome="failed", at=T0 + 4100,
+                                                 verification=None)
+    assert (failed.status, failed.kind, failed.verification) == ("failed", "probe", None)
+    with pytest.raises(ValueError, match="outcome"):
+        store.record_recommendation_outcome(rid, outcome="probe", at=T0, verification=None)
+    with pytest.raises(KeyError):
+        store.record_recommendation_outcome(404, outcome="kept", at=T0, verification={})
 
 
 # --------------------------------------------------------------------------- target health
@@ -544,23 +583,26 @@ def test_rollup_is_idempotent(store: Store) -> None:
 
     resnet = store.model_rollups(model="resnet", since=T0, until=T0)
     [bucket] = resnet
-    assert (bucket.bucket_start, bucket.bucket_s, bucket.sample_count, bucket.rated_count) == (
-        T0,
-        60.0,
-        6,
-        5,
-    )
-    # Samples 1..5: windows 8,2,8,2,8 s at 10,20,30,40,50 req/s.
+    assert (bucket.bucket_start, bucket.bucket_s, bucket.sample_count) == (T0, 60.0, 6)
+    # Samples 1..5 (the first has no rates): windows 8,2,8,2,8 s at 10,20,30,40,50 req/s.
     windows, rps = [8, 2, 8, 2, 8], [10, 20, 30, 40, 50]
-    assert bucket.rated_s == sum(windows)
-    assert bucket.requests_per_s == pytest.approx(
+    assert bucket.rates is not None and bucket.peaks is not None
+    assert bucket.rates.window_s == sum(windows)
+    assert bucket.rates.requests_per_s == pytest.approx(
         sum(w * r for w, r in zip(windows, rps, strict=True)) / sum(windows)
     )
-    assert bucket.requests_per_s_max == 50
-    assert bucket.avg_batch_size == pytest.approx(8.0)
+    assert bucket.peaks.requests_per_s == 50
+    assert bucket.rates.avg_batch_size == pytest.approx(8.0)
+    assert bucket.rates.resets == 5  # one per rated scrape in full_rates
+    assert bucket.rates.fail_per_s_by_reason == {"REJECTED": pytest.approx(0.4)}
     assert bucket.pending_request_count == pytest.approx(3.0)
+    assert bucket.pending_request_count_max == 3.0
+    # The rollup is the merge of the stored per-scrape rates (the one arithmetic).
+    raw = store.model_samples(model="resnet", since=T0, until=T0 + 59)
+    assert bucket.rates == merge_over_time([s.rates for s in raw if s.rates is not None])
+    assert bucket.peaks == peak_rates([s.rates for s in raw if s.rates is not None])
     [mlp] = store.model_rollups(model="mlp", since=T0, until=T0)
-    assert (mlp.sample_count, mlp.rated_count, mlp.requests_per_s) == (6, 0, None)
+    assert (mlp.sample_count, mlp.rates, mlp.peaks) == (6, None, None)
 
     [gpu] = store.device_rollups(source="nvml", since=T0, until=T0)
     assert (gpu.target, gpu.uuid, gpu.kind, gpu.sample_count) == ("host-1", "GPU-aaaa", "gpu", 6)
@@ -626,11 +668,41 @@ def test_rollup_rejects_a_bad_bucket(store: Store) -> None:
     ],
 )
 def test_bad_url_is_a_config_error_naming_db_url(url: str, tmp_path: Path) -> None:
+    # A URL that cannot work fails when the store is made, a database that cannot be
+    # opened on first use.
     with pytest.raises(ConfigError) as caught:
-        Store(url.format(tmp=tmp_path))
+        Store(url.format(tmp=tmp_path)).targets()
     assert caught.value.field == "db_url"
     assert "db_url" in str(caught.value)
     assert "s3cret" not in str(caught.value)
+
+
+def test_an_unreachable_database_fails_on_use_not_when_the_store_is_made(
+    tmp_path: Path,
+) -> None:
+    store = Store(f"sqlite:///{tmp_path}/later/batchscope.db")
+    with pytest.raises(ConfigError, match="db_url"):
+        store.targets()
+    with pytest.raises(ConfigError, match="db_url"):
+        store.open()
+    (tmp_path / "later").mkdir()  # the database becomes reachable: the same store works
+    store.write_triton(snapshot())
+    assert len(store.model_samples()) == 2
+    store.close()
+    with pytest.raises(ConfigError, match="unsupported"):
+        Store("nosuchdb://somewhere/db")
+
+
+def test_host_facts_keep_the_latest_per_target(store: Store) -> None:
+    assert store.host_facts("triton-a") is None
+    store.write_triton(snapshot())
+    store.write_host_facts("triton-a", HostFacts("triton-a", T0, cpu_count=8))
+    store.write_host_facts("triton-a", HostFacts("triton-a", T0 + 5, cpu_count=16))
+    store.write_host_facts("triton-a", HostFacts("triton-a", T0 + 1, cpu_count=4))  # older
+    store.write_host_facts("host-1", HostFacts("host-1", T0, cpu_count=2))
+    assert store.host_facts("triton-a") == HostFacts("triton-a", T0 + 5, cpu_count=16)
+    assert store.host_facts("host-1") == HostFacts("host-1", T0, cpu_count=2)
+    assert {t.name: t.kind for t in store.targets()} == {"host-1": "host", "triton-a": "triton"}
 
 
 def test_sqlite_file_runs_in_wal_mode(tmp_path: Path) -> None:

@@ -1,0 +1,219 @@
+"""The store's engine and sessions: one engine per ``Store``, one transaction per call.
+
+SQLite (the default, one embedded file) and PostgreSQL (a fleet) are both first-class;
+other SQLAlchemy backends may work but are untested. The schema is brought up to date
+by the migrations (``collector.store.migrate``) on first use, not when the store is
+made, so a process started before its database answers (the dashboard) starts anyway
+and reports the failure where it reads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, func, insert, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+from collector.errors import ConfigError
+from collector.store.migrate import upgrade_to_head
+from collector.store.schema import Base
+
+__all__ = ["Database", "create_store_engine"]
+
+# How long a SQLite writer waits for another writer's lock before failing.
+_SQLITE_BUSY_TIMEOUT_MS = 10_000
+# Connection execution option that makes a SQLite transaction take the write lock at
+# BEGIN (see ``_configure_sqlite``).
+_WRITE_OPTION = "batchscope_write"
+# Serialises schema upgrades of one PostgreSQL database across processes.
+_PG_MIGRATION_LOCK = 0x62_73_6D_67  # "bsmg"
+
+
+class Database:
+    """An engine, its read and write sessions, and the schema set up on first use.
+
+    ``url`` is a SQLAlchemy URL: ``sqlite:///batchscope.db`` (a file, relative to the
+    working directory), ``sqlite://`` (in memory, one connection; tests only) or
+    ``postgresql+psycopg://user@host/db``. A URL that cannot be parsed or names an
+    unknown backend raises ``ConfigError("db_url", ...)`` here; a database that cannot
+    be opened raises it on first use (and is tried again on the next). The password
+    is never part of a message.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._engine = create_store_engine(url)
+        self.url = self._engine.url.render_as_string(hide_password=True)
+        self._dialect = self._engine.dialect.name
+        reader = self._engine
+        if self._dialect == "postgresql":
+            # A read of samples and their batch stats is two queries; READ COMMITTED
+            # would let a concurrent write or retention land between them. Read-only
+            # transactions never fail under REPEATABLE READ.
+            reader = reader.execution_options(isolation_level="REPEATABLE READ")
+        self._reader = sessionmaker(reader, expire_on_commit=False)
+        self._writer = sessionmaker(
+            self._engine.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False
+        )
+        self._schema_ready = False
+        self._schema_lock = threading.Lock()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every pooled connection. The store must not be used afterwards."""
+        self._engine.dispose()
+
+    def open(self) -> None:
+        """Connect and bring the schema up to date now (otherwise the first read or
+        write does); raises ``ConfigError("db_url", ...)`` when the database cannot be
+        opened. For callers that would rather fail at start (the collector)."""
+        with self._schema_lock:
+            if self._schema_ready:
+                return
+            try:
+                with self._engine.execution_options(**{_WRITE_OPTION: True}).begin() as conn:
+                    if self._dialect == "postgresql":
+                        conn.execute(
+                            text("SELECT pg_advisory_xact_lock(:key)"),
+                            {"key": _PG_MIGRATION_LOCK},
+                        )
+                    upgrade_to_head(conn)
+            except DBAPIError as err:
+                raise ConfigError(
+                    "db_url", f"cannot open database {self.url}: {err.orig or err}"
+                ) from err
+            self._schema_ready = True
+
+    # ------------------------------------------------------------------ sessions
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        """One transaction that commits on success and rolls back on any error."""
+        self.open()
+        with self._writer.begin() as session:
+            yield session
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        """One read transaction, so a multi-query read sees one snapshot (SQLite's WAL
+        snapshot; REPEATABLE READ on PostgreSQL)."""
+        self.open()
+        with self._reader() as session:
+            yield session
+
+    def _insert_ignoring_duplicates(
+        self,
+        session: Session,
+        table: type[Base],
+        rows: list[dict[str, Any]],
+        unique: Sequence[str],
+    ) -> None:
+        """Insert ``rows``, skipping those that collide on the ``unique`` columns, so a
+        concurrent writer that got there first is not an error."""
+        if not rows:
+            return
+        if self._dialect == "postgresql":
+            session.execute(pg_insert(table).on_conflict_do_nothing(index_elements=unique), rows)
+        elif self._dialect == "sqlite":
+            session.execute(
+                sqlite_insert(table).on_conflict_do_nothing(index_elements=unique), rows
+            )
+        else:  # Portable fallback; races here surface as an IntegrityError.
+            columns = [getattr(table, c) for c in unique]
+            for row in rows:
+                match = [col == row[c] for col, c in zip(columns, unique, strict=True)]
+                if session.scalar(select(func.count()).select_from(table).where(*match)) == 0:
+                    session.execute(insert(table), [row])
+
+    def _upsert(
+        self, session: Session, table: type[Base], row: dict[str, Any], key: Sequence[str]
+    ) -> None:
+        """Insert ``row`` or, when one with the same ``key`` columns exists, update it."""
+        updates = {k: v for k, v in row.items() if k not in key}
+        if self._dialect in ("postgresql", "sqlite"):
+            stmt = (pg_insert if self._dialect == "postgresql" else sqlite_insert)(table)
+            session.execute(stmt.values(row).on_conflict_do_update(index_elements=key,
+                                                                   set_=updates))
+            return
+        existing = session.get(table, tuple(row[k] for k in key))
+        if existing is None:
+            session.add(table(**row))
+        else:
+            for name, value in updates.items():
+                setattr(existing, name, value)
+
+
+# --------------------------------------------------------------------------- engine
+
+
+def create_store_engine(url: str) -> Engine:
+    """An engine for ``url``, or ``ConfigError("db_url", ...)``. Connects to nothing."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        # The message would repeat the URL, password included.
+        raise ConfigError(
+            "db_url",
+            "not a database URL (expected e.g. sqlite:///batchscope.db or "
+            "postgresql+psycopg://user@host/db)",
+        ) from None
+    shown = parsed.render_as_string(hide_password=True)
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            return _create_sqlite_engine(parsed)
+        # pre_ping: a fleet database restarts or drops idle connections.
+        return create_engine(parsed, pool_pre_ping=True)
+    except (ArgumentError, NoSuchModuleError, ImportError) as err:
+        raise ConfigError("db_url", f"unsupported database URL {shown}: {err}") from None
+
+
+def _create_sqlite_engine(url: URL) -> Engine:
+    in_memory = url.database in (None, "", ":memory:")
+    if in_memory:
+        # One shared connection, or each thread would see its own empty database.
+        engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
+    else:
+        engine = create_engine(url)
+    _configure_sqlite(engine, wal=not in_memory)
+    return engine
+
+
+def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
+    """WAL lets the dashboard read while the collector writes; the busy timeout makes
+    a second writer wait instead of failing; foreign keys are off by default in SQLite.
+
+    The sqlite3 driver's own transaction handling is replaced by explicit BEGINs:
+    it would start a transaction only at the first INSERT/UPDATE, so a read-then-write
+    (``record_scrape``) would not be atomic. Write sessions begin ``IMMEDIATE`` to take
+    the write lock up front; a deferred transaction that read first and then tries to
+    write fails with "database is locked" instead of waiting.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        if wal:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            # NORMAL is durable across application crashes in WAL mode, and much faster.
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        write = connection.get_execution_options().get(_WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

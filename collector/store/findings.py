@@ -1,0 +1,230 @@
+"""What the analysis concludes: findings, the detectors' streaks, recommendations and
+their outcomes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict
+from typing import Any
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.orm import Session
+
+from collector.records import Recommendation
+from collector.store.engine import Database
+from collector.store.mapping import (
+    RowValues,
+    columns,
+    orm_values,
+    recommendation_from,
+    recommendation_values,
+    record_from,
+)
+from collector.store.rows import (
+    RECOMMENDATION_OUTCOMES,
+    DetectorStreak,
+    StoredFinding,
+    StoredRecommendation,
+)
+from collector.store.schema import DetectorStreakRow, FindingRow, RecommendationRow
+
+__all__ = ["FindingsMixin"]
+
+
+class FindingsMixin(Database):
+    """``Store`` methods about findings, detector streaks and recommendations."""
+
+    def add_finding(
+        self,
+        *,
+        kind: str,
+        severity: str,
+        target: str,
+        subject: str,
+        summary: str,
+        window_start: float,
+        window_end: float,
+        evidence: Mapping[str, Any] | None = None,
+        created_at: float | None = None,
+    ) -> int:
+        """Store a finding and return its id. ``evidence`` must be JSON-serialisable;
+        ``created_at`` defaults to now."""
+        row = FindingRow(
+            kind=kind,
+            severity=severity,
+            target=target,
+            subject=subject,
+            summary=summary,
+            window_start=window_start,
+            window_end=window_end,
+            evidence=dict(evidence or {}),
+            created_at=time.time() if created_at is None else created_at,
+            resolved_at=None,
+        )
+        with self._write() as session:
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def findings(
+        self,
+        *,
+        target: str | None = None,
+        kind: str | None = None,
+        since: float | None = None,
+    ) -> list[StoredFinding]:
+        """Findings created at or after ``since``, oldest first."""
+        stmt = select(*columns(FindingRow)).order_by(FindingRow.created_at, FindingRow.id)
+        if target is not None:
+            stmt = stmt.where(FindingRow.target == target)
+        if kind is not None:
+            stmt = stmt.where(FindingRow.kind == kind)
+        if since is not None:
+            stmt = stmt.where(FindingRow.created_at >= since)
+        with self._read() as session:
+            return [record_from(StoredFinding, r) for r in session.execute(stmt).mappings()]
+
+    def active_findings(
+        self, *, target: str | None = None, kind: str | None = None
+    ) -> list[StoredFinding]:
+        """Findings not resolved yet, oldest first."""
+        stmt = (
+            select(*columns(FindingRow))
+            .where(FindingRow.resolved_at.is_(None))
+            .order_by(FindingRow.created_at, FindingRow.id)
+        )
+        if target is not None:
+            stmt = stmt.where(FindingRow.target == target)
+        if kind is not None:
+            stmt = stmt.where(FindingRow.kind == kind)
+        with self._read() as session:
+            return [record_from(StoredFinding, r) for r in session.execute(stmt).mappings()]
+
+    def update_finding(
+        self,
+        finding_id: int,
+        *,
+        severity: str,
+        summary: str,
+        window_end: float,
+        evidence: Mapping[str, Any],
+    ) -> StoredFinding:
+        """Refresh an open finding with a newer evaluation of the same condition and
+        return it. ``window_start`` and ``created_at`` stay: the finding reads as "held
+        from window_start to window_end". Raises ``KeyError`` when there is no finding
+        ``finding_id`` and ``ValueError`` when it is resolved (resolved findings are
+        history; a condition that returns opens a new one)."""
+        with self._write() as session:
+            row = _get(session, FindingRow, finding_id, "finding")
+            if row.resolved_at is not None:
+                raise ValueError(f"finding {finding_id} was resolved at {row.resolved_at}")
+            row.severity = severity
+            row.summary = summary
+            row.window_end = float(window_end)
+            row.evidence = dict(evidence)
+            session.flush()
+            return record_from(StoredFinding, orm_values(row))
+
+    def resolve_finding(self, finding_id: int, at: float) -> StoredFinding:
+        """Mark a finding resolved at ``at`` and return it. Resolving a resolved finding
+        keeps its first ``resolved_at``. Raises ``KeyError`` when there is none."""
+        with self._write() as session:
+            row = _get(session, FindingRow, finding_id, "finding")
+            if row.resolved_at is None:
+                row.resolved_at = float(at)
+            session.flush()
+            return record_from(StoredFinding, orm_values(row))
+
+    # ------------------------------------------------------------------ detector streaks
+
+    def detector_streaks(self) -> list[DetectorStreak]:
+        """The detectors' hysteresis state, ordered by (kind, target, subject)."""
+        stmt = select(*columns(DetectorStreakRow)).order_by(
+            DetectorStreakRow.kind, DetectorStreakRow.target, DetectorStreakRow.subject
+        )
+        with self._read() as session:
+            return [record_from(DetectorStreak, r) for r in session.execute(stmt).mappings()]
+
+    def replace_detector_streaks(self, streaks: Iterable[DetectorStreak]) -> None:
+        """Replace the whole hysteresis state with ``streaks`` in one transaction (one
+        evaluation's outcome; the set is small: only subjects with a streak going or an
+        open finding). Two streaks with the same (kind, target, subject) are an error."""
+        rows = [asdict(s) for s in streaks]
+        with self._write() as session:
+            session.execute(
+                delete(DetectorStreakRow).execution_options(synchronize_session=False)
+            )
+            if rows:
+                session.execute(insert(DetectorStreakRow), rows)
+
+    # ------------------------------------------------------------------ recommendations
+
+    def add_recommendation(self, rec: Recommendation) -> int:
+        """Store ``rec`` (status ``"open"``) and return its id."""
+        with self._write() as session:
+            values = {"status": "open", **recommendation_values(rec)}
+            return int(
+                session.scalars(insert(RecommendationRow).returning(RecommendationRow.id),
+                                [values]).one()
+            )
+
+    def record_recommendation_outcome(
+        self,
+        recommendation_id: int,
+        *,
+        outcome: str,
+        at: float,
+        verification: Mapping[str, Any] | None = None,
+    ) -> StoredRecommendation:
+        """Record what became of a recommendation: ``outcome`` is ``"applied"``,
+        ``"kept"`` (applied, verified and kept), ``"rolled_back"`` or ``"failed"``, at
+        ``at``, with the before/after figures in ``verification``. Raises ``KeyError``
+        when there is no recommendation ``recommendation_id`` and ``ValueError`` for
+        another outcome."""
+        if outcome not in RECOMMENDATION_OUTCOMES:
+            raise ValueError(
+                f"outcome must be one of {', '.join(RECOMMENDATION_OUTCOMES)}, got {outcome!r}"
+            )
+        with self._write() as session:
+            row = _get(session, RecommendationRow, recommendation_id, "recommendation")
+            row.status = outcome
+            row.applied_at = float(at)
+            row.verification = dict(verification) if verification is not None else None
+            session.flush()
+            return _stored_recommendation(orm_values(row))
+
+    def recommendations(
+        self,
+        *,
+        target: str | None = None,
+        model: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+    ) -> list[StoredRecommendation]:
+        """Recommendations, oldest first."""
+        table = RecommendationRow.__table__.c
+        stmt = select(*columns(RecommendationRow)).order_by(table.created_at, table.id)
+        for column, wanted in (("target", target), ("model", model), ("status", status),
+                               ("kind", kind)):
+            if wanted is not None:
+                stmt = stmt.where(table[column] == wanted)
+        with self._read() as session:
+            return [_stored_recommendation(r) for r in session.execute(stmt).mappings()]
+
+
+def _get(session: Session, table: type[Any], row_id: int, what: str) -> Any:
+    row = session.get(table, row_id)
+    if row is None:
+        raise KeyError(f"no {what} with id {row_id}")
+    return row
+
+
+def _stored_recommendation(row: RowValues) -> StoredRecommendation:
+    return StoredRecommendation(
+        id=row["id"],
+        recommendation=recommendation_from(row),
+        status=row["status"],
+        applied_at=row["applied_at"],
+        verification=row["verification"],
+    )

@@ -1,0 +1,50 @@
+"""Schema migrations (Alembic), run by the store itself on first use.
+
+The revisions live in ``collector/store/migrations/versions``; revision ``0001`` is the
+schema as it was before migrations existed. A database opened by a newer batchscope is
+upgraded in place:
+
+* an empty database gets every revision;
+* a database with the tables but no ``alembic_version`` (made before migrations) is
+  marked as ``0001`` and upgraded from there;
+* any other is upgraded from the revision it records.
+
+No ``alembic.ini`` is needed; ``alembic_config`` builds the configuration for the
+Alembic command line as well (``env.py`` falls back to ``sqlalchemy.url``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, inspect
+
+__all__ = ["BASELINE_REVISION", "MIGRATIONS_DIR", "alembic_config", "upgrade_to_head"]
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+#: The revision that creates the schema as it was before migrations.
+BASELINE_REVISION = "0001"
+
+
+def alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:
+    """Alembic's configuration for the store: the package's migrations, run on
+    ``connection`` (in its transaction) or on a new connection to ``url``."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if url is not None:
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def upgrade_to_head(connection: Connection) -> None:
+    """Bring the schema behind ``connection`` to the latest revision, inside the
+    connection's transaction."""
+    config = alembic_config(connection)
+    tables = set(inspect(connection).get_table_names())
+    if "alembic_version" not in tables and "targets" in tables:
+        command.stamp(config, BASELINE_REVISION)
+    command.upgrade(config, "head")

@@ -1,0 +1,161 @@
+"""Rows of the sample tables ↔ the records they hold (model samples with their batch
+stats, configs, devices)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import Any
+
+from collector.records import (
+    BatchStat,
+    DeviceSample,
+    Duration,
+    ModelConfig,
+    ModelMetrics,
+    ModelRates,
+    ModelSample,
+    ModelStats,
+    QueuePolicy,
+)
+from collector.store.mapping import RowValues, rates_from, rates_values, record_from
+from collector.store.rows import StoredModelConfig
+
+__all__ = [
+    "DEVICE_COLUMNS",
+    "batch_stat_from",
+    "batch_stat_values",
+    "config_values",
+    "device_values",
+    "model_sample_from",
+    "model_sample_values",
+    "stored_config",
+]
+
+# ``ModelStats`` duration fields, each stored as ``stats_<name>_count``/``_ns``.
+_STAT_DURATIONS = tuple(f.name for f in fields(ModelStats) if f.type == "Duration")
+# Record fields whose column has another name (see schema.py for why).
+DEVICE_COLUMNS = {"index": "device_index", "name": "device_name"}
+_METRIC_FIELDS = tuple(
+    f.name
+    for f in fields(ModelMetrics)
+    if f.name not in ("model", "version", "summary_quantiles_us", "histogram_buckets")
+)
+
+
+def device_values(target_id: int, at: float, d: DeviceSample) -> dict[str, Any]:
+    values = {DEVICE_COLUMNS.get(k, k): v for k, v in asdict(d).items()}
+    return {"target_id": target_id, "collected_at": at, **values}
+
+
+def model_sample_values(
+    model_id: int,
+    at: float,
+    m: ModelMetrics,
+    stats: ModelStats | None,
+    rates: ModelRates | None,
+) -> dict[str, Any]:
+    """One ``model_samples`` row. Every row has every key (``None`` where absent):
+    an executemany needs the same columns in every row."""
+    values: dict[str, Any] = {"model_id": model_id, "collected_at": at}
+    values.update({name: getattr(m, name) for name in _METRIC_FIELDS})
+    values["request_failure_by_reason"] = dict(m.request_failure_by_reason)
+    # JSON object keys are strings; str(float) round-trips exactly through float().
+    values["summary_quantiles_us"] = {
+        family: {str(q): v for q, v in quantiles.items()}
+        for family, quantiles in m.summary_quantiles_us.items()
+    }
+    values["histogram_buckets"] = {
+        family: {str(le): count for le, count in buckets.items()}
+        for family, buckets in m.histogram_buckets.items()
+    }
+    values["stats_last_inference_ms"] = stats.last_inference_ms if stats else None
+    values["stats_inference_count"] = stats.inference_count if stats else None
+    values["stats_execution_count"] = stats.execution_count if stats else None
+    for name in _STAT_DURATIONS:
+        duration: Duration | None = getattr(stats, name) if stats else None
+        values[f"stats_{name}_count"] = duration.count if duration else None
+        values[f"stats_{name}_ns"] = duration.ns if duration else None
+    values.update(rates_values(rates))
+    return values
+
+
+def model_sample_from(row: RowValues, batches: list[BatchStat]) -> ModelSample:
+    """A sample from a ``model_samples`` row labelled with its model, version and target
+    (see ``Store.model_samples``)."""
+    model, version = row["model_name"], row["model_version"]
+    metrics = ModelMetrics(
+        model=model,
+        version=version,
+        **{name: row[name] for name in _METRIC_FIELDS},
+        summary_quantiles_us={
+            family: {float(q): v for q, v in quantiles.items()}
+            for family, quantiles in row["summary_quantiles_us"].items()
+        },
+        histogram_buckets={
+            family: {float(le): count for le, count in buckets.items()}
+            for family, buckets in (row["histogram_buckets"] or {}).items()
+        },
+    )
+    stats = None
+    if row["stats_inference_count"] is not None:
+        stats = ModelStats(
+            model=model,
+            version=version,
+            last_inference_ms=row["stats_last_inference_ms"] or 0,
+            inference_count=row["stats_inference_count"],
+            execution_count=row["stats_execution_count"] or 0,
+            **{
+                name: Duration(row[f"stats_{name}_count"] or 0, row[f"stats_{name}_ns"] or 0)
+                for name in _STAT_DURATIONS
+            },
+            batch_stats=tuple(batches),
+        )
+    return ModelSample(
+        target=row["target_name"],
+        collected_at=row["collected_at"],
+        metrics=metrics,
+        stats=stats,
+        rates=rates_from(row),
+    )
+
+
+def batch_stat_values(model_sample_id: int, b: BatchStat) -> dict[str, Any]:
+    return {
+        "model_sample_id": model_sample_id,
+        "batch_size": b.batch_size,
+        "exec_count": b.compute_infer.count,
+        "compute_input_count": b.compute_input.count,
+        "compute_input_ns": b.compute_input.ns,
+        "compute_infer_ns": b.compute_infer.ns,
+        "compute_output_count": b.compute_output.count,
+        "compute_output_ns": b.compute_output.ns,
+    }
+
+
+def batch_stat_from(row: RowValues) -> BatchStat:
+    return BatchStat(
+        row["batch_size"],
+        Duration(row["compute_input_count"], row["compute_input_ns"]),
+        Duration(row["exec_count"], row["compute_infer_ns"]),
+        Duration(row["compute_output_count"], row["compute_output_ns"]),
+    )
+
+
+def config_values(target_id: int, at: float, c: ModelConfig) -> dict[str, Any]:
+    values = asdict(c)
+    values["preferred_batch_sizes"] = list(c.preferred_batch_sizes)
+    return {"target_id": target_id, "collected_at": at, **values}
+
+
+def stored_config(row: RowValues) -> StoredModelConfig:
+    """A config from a ``model_configs`` row labelled with its target's name."""
+    policy = row["default_queue_policy"]
+    config = record_from(
+        ModelConfig,
+        row,
+        extra={
+            "preferred_batch_sizes": tuple(row["preferred_batch_sizes"]),
+            "default_queue_policy": QueuePolicy(**policy) if policy is not None else None,
+        },
+    )
+    return StoredModelConfig(row["target_name"], row["collected_at"], config)

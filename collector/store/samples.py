@@ -1,0 +1,490 @@
+"""Raw samples: one scrape of a Triton target (model samples and their batch stats,
+configs, server metrics, Triton's GPU readings), device and process readings; their
+reads, oldest first."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, Integer, Select, func, insert, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.expression import FunctionElement
+
+from collector.analysis.health import HOST_KIND, TRITON_KIND
+from collector.records import (
+    BatchStat,
+    DeviceSample,
+    ModelConfig,
+    ModelRates,
+    ModelSample,
+    ProcessSample,
+    ServerMetrics,
+    TritonSnapshot,
+)
+from collector.store.mapping import columns, record_from, record_values
+from collector.store.rows import (
+    ProcessBucket,
+    StoredDevice,
+    StoredModelConfig,
+    StoredProcess,
+    StoredServer,
+)
+from collector.store.sample_rows import (
+    DEVICE_COLUMNS,
+    batch_stat_from,
+    batch_stat_values,
+    config_values,
+    device_values,
+    model_sample_from,
+    model_sample_values,
+    stored_config,
+)
+from collector.store.schema import (
+    BatchStatRow,
+    DeviceSampleRow,
+    ModelConfigRow,
+    ModelRow,
+    ModelSampleRow,
+    ProcessSampleRow,
+    ServerSampleRow,
+    TargetRow,
+)
+from collector.store.targets import TargetsMixin
+
+__all__ = ["SamplesMixin", "by_target_and_time", "join_models"]
+
+_SampleTable = type[ServerSampleRow] | type[DeviceSampleRow] | type[ProcessSampleRow]
+
+
+class SamplesMixin(TargetsMixin):
+    """``Store`` methods that write and read raw samples."""
+
+    def write_triton(
+        self,
+        snapshot: TritonSnapshot,
+        rates: Mapping[tuple[str, str], ModelRates] | None = None,
+    ) -> None:
+        """Store one scrape of one Triton target in one transaction.
+
+        One ``model_samples`` row per ``ModelMetrics``, joined with the ``ModelStats``
+        of the same (model, version) when there is one, and with ``rates[(model,
+        version)]`` when given; its ``batch_stats`` as rows of their own. A statistics
+        entry without metrics is not stored (a sample is keyed by its metrics). A
+        ``ModelConfig`` is stored only when its ``raw_json`` differs from the latest
+        stored for that (target, model). Also the server metrics, Triton's GPU
+        readings, and the target's ``server_version`` (when given). Rates for a series
+        that is not in the metrics are ignored. The target is created with kind
+        ``"triton"`` if it is new.
+        """
+        at = snapshot.collected_at
+        with self._write() as session:
+            target_id = self._ensure_target(session, snapshot.target, TRITON_KIND)
+            if snapshot.server_version is not None:
+                session.get_one(TargetRow, target_id).server_version = snapshot.server_version
+            self._write_model_samples(session, target_id, snapshot, rates or {})
+            self._write_configs(session, target_id, at, snapshot.model_configs)
+            if snapshot.server is not None:
+                values = {"target_id": target_id, "collected_at": at}
+                session.execute(
+                    insert(ServerSampleRow), [{**values, **record_values(snapshot.server)}]
+                )
+            if snapshot.gpus:
+                session.execute(
+                    insert(DeviceSampleRow),
+                    [device_values(target_id, at, d) for d in snapshot.gpus],
+                )
+
+    def write_devices(
+        self, target: str, collected_at: float, samples: Sequence[DeviceSample]
+    ) -> None:
+        """Store one tick of device readings (any source); a new target gets kind
+        ``"host"``."""
+        if not samples:
+            return
+        with self._write() as session:
+            target_id = self._ensure_target(session, target, HOST_KIND)
+            session.execute(
+                insert(DeviceSampleRow),
+                [device_values(target_id, collected_at, d) for d in samples],
+            )
+
+    def write_processes(
+        self, target: str, collected_at: float, samples: Sequence[ProcessSample]
+    ) -> None:
+        """Store one tick of process readings of ``target`` (pids are per target: a
+        join with another reading keys on both); a new target gets kind ``"host"``."""
+        if not samples:
+            return
+        with self._write() as session:
+            target_id = self._ensure_target(session, target, HOST_KIND)
+            values = {"target_id": target_id, "collected_at": collected_at}
+            session.execute(
+                insert(ProcessSampleRow), [{**values, **record_values(p)} for p in samples]
+            )
+
+    # ------------------------------------------------------------------ reads
+
+    def model_samples(
+        self,
+        *,
+        target: str | None = None,
+        model: str | None = None,
+        version: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[ModelSample]:
+        """Model samples with ``since <= collected_at <= until`` (each bound optional),
+        oldest first (ties by target, model, version). ``stats`` is rebuilt with its
+        batch stats in stored order when the sample had one, ``rates`` when stored."""
+        where = _sample_filters(target, model, version, since, until)
+        samples_stmt = (
+            join_models(
+                select(
+                    *columns(ModelSampleRow),
+                    ModelRow.name.label("model_name"),
+                    ModelRow.version.label("model_version"),
+                    TargetRow.name.label("target_name"),
+                )
+            )
+            .where(*where)
+            .order_by(
+                ModelSampleRow.collected_at,
+                TargetRow.name,
+                ModelRow.name,
+                ModelRow.version,
+                ModelSampleRow.id,
+            )
+        )
+        # Batch stats come by the same filter, not by an IN list of sample ids, so a
+        # long window does not hit the backend's bound-parameter limit.
+        batch_stmt = (
+            join_models(
+                select(*columns(BatchStatRow)).join(
+                    ModelSampleRow, ModelSampleRow.id == BatchStatRow.model_sample_id
+                )
+            )
+            .where(*where)
+            .order_by(BatchStatRow.id)
+        )
+        with self._read() as session:
+            batches: dict[int, list[BatchStat]] = defaultdict(list)
+            for b in session.execute(batch_stmt).mappings():
+                batches[b["model_sample_id"]].append(batch_stat_from(b))
+            return [
+                model_sample_from(row, batches.get(row["id"], []))
+                for row in session.execute(samples_stmt).mappings()
+            ]
+
+    def model_configs(
+        self, *, target: str | None = None, model: str | None = None
+    ) -> list[StoredModelConfig]:
+        """Every stored config (one per change), oldest first."""
+        stmt = (
+            select(*columns(ModelConfigRow), TargetRow.name.label("target_name"))
+            .join(TargetRow, TargetRow.id == ModelConfigRow.target_id)
+            .order_by(ModelConfigRow.id)
+        )
+        if target is not None:
+            stmt = stmt.where(TargetRow.name == target)
+        if model is not None:
+            stmt = stmt.where(ModelConfigRow.model == model)
+        with self._read() as session:
+            return [stored_config(r) for r in session.execute(stmt).mappings()]
+
+    def latest_model_configs(
+        self, target: str | None = None
+    ) -> dict[tuple[str, str], StoredModelConfig]:
+        """The current config of every model, keyed by (target, model)."""
+        latest = select(func.max(ModelConfigRow.id)).group_by(
+            ModelConfigRow.target_id, ModelConfigRow.model
+        )
+        stmt = (
+            select(*columns(ModelConfigRow), TargetRow.name.label("target_name"))
+            .join(TargetRow, TargetRow.id == ModelConfigRow.target_id)
+            .where(ModelConfigRow.id.in_(latest))
+        )
+        if target is not None:
+            stmt = stmt.where(TargetRow.name == target)
+        with self._read() as session:
+            return {
+                (r["target_name"], r["model"]): stored_config(r)
+                for r in session.execute(stmt).mappings()
+            }
+
+    def server_samples(
+        self,
+        *,
+        target: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[StoredServer]:
+        """Server-wide metrics, oldest first (bounds inclusive)."""
+        stmt = _labelled(ServerSampleRow, target, since, until)
+        with self._read() as session:
+            return [
+                StoredServer(r["target_name"], r["collected_at"], record_from(ServerMetrics, r))
+                for r in session.execute(stmt).mappings()
+            ]
+
+    def device_samples(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        target: str | None = None,
+        source: str | None = None,
+    ) -> list[StoredDevice]:
+        """Device readings, oldest first (bounds inclusive), in written order within a
+        tick."""
+        stmt = _labelled(DeviceSampleRow, target, since, until)
+        if source is not None:
+            stmt = stmt.where(DeviceSampleRow.source == source)
+        with self._read() as session:
+            return [
+                StoredDevice(
+                    r["target_name"],
+                    r["collected_at"],
+                    record_from(DeviceSample, r, DEVICE_COLUMNS),
+                )
+                for r in session.execute(stmt).mappings()
+            ]
+
+    def process_samples(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        target: str | None = None,
+        source: str | None = None,
+        model: str | None = None,
+    ) -> list[StoredProcess]:
+        """Process readings, oldest first (bounds inclusive)."""
+        stmt = _labelled(ProcessSampleRow, target, since, until)
+        if source is not None:
+            stmt = stmt.where(ProcessSampleRow.source == source)
+        if model is not None:
+            stmt = stmt.where(ProcessSampleRow.model == model)
+        with self._read() as session:
+            return [
+                StoredProcess(r["target_name"], r["collected_at"], record_from(ProcessSample, r))
+                for r in session.execute(stmt).mappings()
+            ]
+
+    def process_buckets(
+        self, *, since: float, until: float, bucket_s: float
+    ) -> list[ProcessBucket]:
+        """Process readings in ``[since, until]`` averaged per process and
+        ``bucket_s``-long bucket counted from ``since``, aggregated by the database: a
+        heatmap of hours of model instances reads one row per cell, not per sample."""
+        if not bucket_s > 0 or not math.isfinite(bucket_s):
+            raise ValueError(f"bucket_s must be a positive number, got {bucket_s!r}")
+        bucket = _floor_non_negative((ProcessSampleRow.collected_at - since) / bucket_s)
+        keys = (
+            TargetRow.name,
+            ProcessSampleRow.pid,
+            ProcessSampleRow.role,
+            ProcessSampleRow.model,
+            ProcessSampleRow.instance_name,
+        )
+        selected = select(
+            *keys,
+            bucket.label("bucket"),
+            func.count().label("sample_count"),
+            func.avg(ProcessSampleRow.cpu_pct).label("cpu_pct"),
+            func.avg(ProcessSampleRow.sm_util_pct).label("sm_util_pct"),
+        )
+        stmt = (
+            by_target_and_time(selected, ProcessSampleRow, None, since, until)
+            .group_by(*keys, bucket)
+            .order_by(*keys, bucket)
+        )
+        with self._read() as session:
+            return [
+                ProcessBucket(
+                    target=r.name, pid=r.pid, role=r.role, model=r.model,
+                    instance_name=r.instance_name, bucket=int(r.bucket),
+                    sample_count=r.sample_count,
+                    cpu_pct=None if r.cpu_pct is None else float(r.cpu_pct),
+                    sm_util_pct=None if r.sm_util_pct is None else float(r.sm_util_pct),
+                )
+                for r in session.execute(stmt)
+            ]
+
+    def latest_collected_at(self, target: str | None = None) -> float | None:
+        """The newest ``collected_at`` of any raw sample (model, server, device,
+        process) of ``target`` or of all targets; ``None`` when there is none."""
+        model_stmt = join_models(select(func.max(ModelSampleRow.collected_at)))
+        if target is not None:
+            model_stmt = model_stmt.where(TargetRow.name == target)
+        stmts = [model_stmt] + [
+            by_target_and_time(select(func.max(table.collected_at)), table, target, None, None)
+            for table in (ServerSampleRow, DeviceSampleRow, ProcessSampleRow)
+        ]
+        with self._read() as session:
+            found = [v for v in (session.scalar(s) for s in stmts) if v is not None]
+        return max(found, default=None)
+
+    # ------------------------------------------------------------------ internals
+
+    def _write_model_samples(
+        self,
+        session: Session,
+        target_id: int,
+        snapshot: TritonSnapshot,
+        rates: Mapping[tuple[str, str], ModelRates],
+    ) -> None:
+        if not snapshot.model_metrics:
+            return
+        keys = [(m.model, m.version) for m in snapshot.model_metrics]
+        model_ids = self._ensure_models(session, target_id, keys)
+        stats = {(s.model, s.version): s for s in snapshot.model_stats}
+        at = snapshot.collected_at
+        sample_ids = session.scalars(
+            insert(ModelSampleRow).returning(ModelSampleRow.id, sort_by_parameter_order=True),
+            [
+                model_sample_values(model_ids[key], at, m, stats.get(key), rates.get(key))
+                for key, m in zip(keys, snapshot.model_metrics, strict=True)
+            ],
+        ).all()
+        batch_rows = [
+            batch_stat_values(sample_id, b)
+            for sample_id, key in zip(sample_ids, keys, strict=True)
+            if key in stats
+            for b in stats[key].batch_stats
+        ]
+        if batch_rows:
+            session.execute(insert(BatchStatRow), batch_rows)
+
+    def _ensure_models(
+        self, session: Session, target_id: int, keys: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], int]:
+        """Ids of the (model, version)s of a target, creating those that are new."""
+        wanted = set(keys)
+        if not wanted:
+            return {}
+        stmt = select(ModelRow.name, ModelRow.version, ModelRow.id).where(
+            ModelRow.target_id == target_id
+        )
+        ids = {(n, v): i for n, v, i in session.execute(stmt)}
+        missing = sorted(wanted - ids.keys())
+        if missing:
+            self._insert_ignoring_duplicates(
+                session,
+                ModelRow,
+                [{"target_id": target_id, "name": n, "version": v} for n, v in missing],
+                ["target_id", "name", "version"],
+            )
+            ids = {(n, v): i for n, v, i in session.execute(stmt)}
+        return ids
+
+    def _write_configs(
+        self,
+        session: Session,
+        target_id: int,
+        collected_at: float,
+        configs: Sequence[ModelConfig],
+    ) -> None:
+        """Insert the configs whose ``raw_json`` changed since the latest stored one."""
+        if not configs:
+            return
+        latest = (
+            select(func.max(ModelConfigRow.id))
+            .where(ModelConfigRow.target_id == target_id)
+            .group_by(ModelConfigRow.model)
+        )
+        current = {
+            model: raw
+            for model, raw in session.execute(
+                select(ModelConfigRow.model, ModelConfigRow.raw_json).where(
+                    ModelConfigRow.id.in_(latest)
+                )
+            )
+        }
+        # The last config of a model in the snapshot wins, as a later read would.
+        by_model = {c.model: c for c in configs}
+        changed = [
+            config_values(target_id, collected_at, c)
+            for c in by_model.values()
+            if current.get(c.model) != c.raw_json
+        ]
+        if changed:
+            session.execute(insert(ModelConfigRow), changed)
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def join_models(stmt: Select[Any]) -> Select[Any]:
+    return stmt.join(ModelRow, ModelRow.id == ModelSampleRow.model_id).join(
+        TargetRow, TargetRow.id == ModelRow.target_id
+    )
+
+
+def _sample_filters(
+    target: str | None,
+    model: str | None,
+    version: str | None,
+    since: float | None,
+    until: float | None,
+) -> list[ColumnElement[bool]]:
+    where: list[ColumnElement[bool]] = []
+    if target is not None:
+        where.append(TargetRow.name == target)
+    if model is not None:
+        where.append(ModelRow.name == model)
+    if version is not None:
+        where.append(ModelRow.version == version)
+    if since is not None:
+        where.append(ModelSampleRow.collected_at >= since)
+    if until is not None:
+        where.append(ModelSampleRow.collected_at <= until)
+    return where
+
+
+def by_target_and_time(
+    stmt: Select[Any],
+    table: _SampleTable,
+    target: str | None,
+    since: float | None,
+    until: float | None,
+) -> Select[Any]:
+    stmt = stmt.join(TargetRow, TargetRow.id == table.target_id)
+    if target is not None:
+        stmt = stmt.where(TargetRow.name == target)
+    if since is not None:
+        stmt = stmt.where(table.collected_at >= since)
+    if until is not None:
+        stmt = stmt.where(table.collected_at <= until)
+    return stmt
+
+
+def _labelled(
+    table: _SampleTable, target: str | None, since: float | None, until: float | None
+) -> Select[Any]:
+    """Every column of a sample table and its target's name, oldest first."""
+    stmt = select(*columns(table), TargetRow.name.label("target_name"))
+    return by_target_and_time(stmt, table, target, since, until).order_by(
+        table.collected_at, TargetRow.name, table.id
+    )
+
+
+class _floor_non_negative(FunctionElement[int]):
+    """``floor(x)`` for ``x >= 0``: SQLite has no FLOOR without its math extension,
+    and its CAST truncates, which is the floor there; PostgreSQL's CAST rounds."""
+
+    type = Integer()
+    inherit_cache = True
+
+
+@compiles(_floor_non_negative)
+def _floor_default(element: _floor_non_negative, compiler: Any, **kw: Any) -> str:
+    return f"FLOOR({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_floor_non_negative, "sqlite")
+def _floor_sqlite(element: _floor_non_negative, compiler: Any, **kw: Any) -> str:
+    return f"CAST({compiler.process(element.clauses, **kw)} AS INTEGER)"
