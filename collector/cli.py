@@ -1,5 +1,14 @@
-"""``batchscope`` subcommands: collect, status, recommend, apply, dashboard, testbed up,
-load, demo."""
+"""``batchscope`` subcommands: collect, status, recommend, apply, dashboard, serve,
+testbed up, load, demo.
+
+Each command loads its settings once, opens one ``Store`` and passes it down. A user
+mistake (an invalid setting), an unreachable server or database, and Ctrl-C end with
+one line on stderr and an exit status, not a traceback:
+
+    0 done   1 nothing done (no recommendation, not confirmed, database error)
+    2 invalid setting   3 Triton refused the change   4 change rolled back
+    5 server unreachable   130 interrupted
+"""
 
 from __future__ import annotations
 
@@ -10,19 +19,18 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
-from collector.errors import ConfigError
+from collector.errors import BatchscopeError, ConfigError
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 log = logging.getLogger("batchscope")
 
-
-def _add_common_db(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", dest="db_url", metavar="URL",
-                        help="SQLAlchemy database URL (default sqlite:///batchscope.db)")
-    parser.add_argument("--config", metavar="FILE", help="YAML settings file")
+EXIT_NOTHING_DONE, EXIT_CONFIG, EXIT_REFUSED, EXIT_ROLLED_BACK, EXIT_UNREACHABLE = 1, 2, 3, 4, 5
+EXIT_INTERRUPTED = 130
+DEFAULT_PORT = 8050
 
 
 def _stop_on_signals() -> threading.Event:
@@ -39,6 +47,29 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _split(text: str | None) -> list[str] | None:
+    return text.split(",") if text else None
+
+
+def _require_targets(settings: Any) -> None:
+    from collector.sources import SOURCES
+
+    # A GPU-only host (``--sources nvml,host``) needs no Triton target.
+    if not settings.targets and any(SOURCES[n].per_target for n in settings.sources):
+        raise ConfigError("targets", "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
+                                     "or list targets in the config file")
+
+
+def _check_ui_flags(args: argparse.Namespace) -> None:
+    if not 0 < args.port < 65536:
+        raise ConfigError("port", f"must be 1..65535, got {args.port}")
+    if args.refresh <= 0:
+        raise ConfigError("refresh", f"must be > 0, got {args.refresh:g}")
+
+
+# ----------------------------------------------------------------------- commands
+
+
 def _cmd_collect(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
@@ -52,22 +83,19 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         config_file=args.config,
         overrides={"triton": args.triton, "metrics_url": args.metrics_url, "db_url": args.db_url,
                    "interval_s": args.interval, "duration_s": args.duration,
-                   "sources": args.sources.split(",") if args.sources else None},
+                   "sources": _split(args.sources)},
         known_sources=set(SOURCES))
-    # A GPU-only host (``--sources nvml,host``) needs no Triton target.
-    if not settings.targets and any(SOURCES[n].per_target for n in settings.sources):
-        raise ConfigError("targets", "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
-                                     "or list targets in the config file")
-    detectors = detector_job(detector_settings(settings.analysis))  # validated before start
+    _require_targets(settings)
+    detectors = detector_job(detector_settings(settings.analysis))
     store = Store(settings.db_url)
-    service = CollectorService(settings, store, build_sources(settings), analyses=[detectors])
-    stop = _stop_on_signals()
-    log.info("collecting from %s every %.3g s into %s",
-             ", ".join([t.url for t in settings.targets] + [
-                 n for n in settings.sources if not SOURCES[n].per_target]),
-             settings.interval_s,
-             make_url(settings.db_url).render_as_string(hide_password=True))
     try:
+        service = CollectorService(settings, store, build_sources(settings), analyses=[detectors])
+        stop = _stop_on_signals()
+        log.info("collecting from %s every %.3g s into %s",
+                 ", ".join([t.url for t in settings.targets] + [
+                     n for n in settings.sources if not SOURCES[n].per_target]),
+                 settings.interval_s,
+                 make_url(settings.db_url).render_as_string(hide_password=True))
         service.run(settings.duration_s, stop)
     finally:
         store.close()
@@ -97,18 +125,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _collect_for(settings: Any, store: Any, seconds: float) -> None:
-    from collector.scheduler import CollectorService, build_sources
-
-    print(f"observing {', '.join(t.url for t in settings.targets)} for {seconds:g} s ...",
-          file=sys.stderr)
-    CollectorService(settings, store, build_sources(settings)).run(seconds)
-
-
 def _cmd_recommend(args: argparse.Namespace) -> int:
-    from collector.analysis.recommend import recommend_model, store_recommendation
     from collector.config import load_settings
-    from collector.report import render_findings, render_recommendation
     from collector.sources import SOURCES
     from collector.store import Store
 
@@ -126,32 +144,52 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     store = Store(settings.db_url)
     try:
         if args.triton:
-            _collect_for(settings, store, args.observe)
-        findings = _findings(store, settings)
-        targets = ([t.name for t in settings.targets] if args.triton
-                   else [t.name for t in store.targets() if t.kind == "triton"])
-        recs = []
-        for target in targets:
-            models = sorted({m for (t, m) in store.latest_model_configs(target) if t == target})
-            for model in models:
-                if args.model and model != args.model:
-                    continue
-                slo = (args.slo_p95_ms if args.slo_p95_ms is not None
-                       else settings.slo_p95_ms.get(model))
-                rec = recommend_model(store, target, model, slo_p95_ms=slo,
-                                      window_s=args.window)
-                if rec is None:
-                    continue
-                store_recommendation(store, rec)
-                recs.append(rec)
+            _observe(settings, store, args.observe)
+        findings, recs = _recommend(store, settings, args)
     finally:
         store.close()
     if args.json:
-        json.dump({"findings": [_finding_json(f) for f in findings],
+        json.dump({"findings": [asdict(f) for f in findings],
                    "recommendations": [_recommendation_json(r) for r in recs]},
                   sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
-        return 0
+    else:
+        _print_recommendations(findings, recs)
+    return 0
+
+
+def _observe(settings: Any, store: Any, seconds: float) -> None:
+    from collector.scheduler import CollectorService, build_sources
+
+    print(f"observing {', '.join(t.url for t in settings.targets)} for {seconds:g} s ...",
+          file=sys.stderr)
+    CollectorService(settings, store, build_sources(settings)).run(seconds)
+
+
+def _recommend(store: Any, settings: Any, args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
+    """Active findings, and a stored recommendation per model with enough traffic."""
+    from collector.analysis.detect import detector_settings, run_detectors
+    from collector.analysis.recommend import recommend_model
+
+    findings = list(run_detectors(store, detector_settings(settings.analysis)))
+    targets = ([t.name for t in settings.targets] if args.triton
+               else [t.name for t in store.targets() if t.kind == "triton"])
+    recs = []
+    for target in targets:
+        for model in sorted({m for (t, m) in store.latest_model_configs(target) if t == target}):
+            if args.model and model != args.model:
+                continue
+            slo = args.slo_p95_ms if args.slo_p95_ms is not None else settings.slo_p95_ms.get(model)
+            rec = recommend_model(store, target, model, slo_p95_ms=slo, window_s=args.window)
+            if rec is not None:
+                store.add_recommendation(rec)
+                recs.append(rec)
+    return findings, recs
+
+
+def _print_recommendations(findings: Sequence[Any], recs: Sequence[Any]) -> None:
+    from collector.report import render_findings, render_recommendation
+
     print(render_findings(findings))
     print()
     if not recs:
@@ -159,24 +197,9 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     for rec in recs:
         print(render_recommendation(rec))
         print()
-    return 0
-
-
-def _findings(store: Any, settings: Any) -> list[Any]:
-    from collector.analysis.detect import detector_settings, run_detectors
-
-    return list(run_detectors(store, detector_settings(settings.analysis)))
-
-
-def _finding_json(finding: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(finding)
 
 
 def _recommendation_json(rec: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
     return {
         "target": rec.target, "model": rec.model, "kind": rec.kind,
         "changes": [{"field": c.field, "from": c.before, "to": c.after} for c in rec.changes],
@@ -188,60 +211,73 @@ def _recommendation_json(rec: Any) -> dict[str, Any]:
 
 
 def _cmd_apply(args: argparse.Namespace) -> int:
-    from collector.analysis.recommend import recommendation_from_dict
-    from collector.apply import ApplyRefused, apply_recommendation
+    import requests
+
+    from collector.apply import ApplyRefused, apply_recommendation, stored_recommendation
     from collector.config import load_settings
     from collector.report import render_recommendation
     from collector.store import Store
 
+    if args.verify_s is not None and args.verify_s <= 0:
+        raise ConfigError("verify_s", f"must be > 0, got {args.verify_s:g}")
+    windows = {} if args.verify_s is None else {"before_s": args.verify_s,
+                                                "after_s": args.verify_s}
     settings = load_settings(config_file=args.config,
                              overrides={"triton": [args.triton], "db_url": args.db_url,
                                         "metrics_url": [args.metrics_url]
-                                        if args.metrics_url else None})
+                                        if args.metrics_url else None,
+                                        "apply": windows or None})
     (target,) = settings.targets
-    if args.verify_s <= 0:
-        raise ConfigError("verify_s", f"must be > 0, got {args.verify_s:g}")
     store = Store(settings.db_url)
     try:
-        stored = store.recommendations(target=target.name, model=args.model)
-        if not stored:
+        found = stored_recommendation(store, target.name, args.model)
+        if found is None:
             print(f"batchscope: no recommendation for {args.model!r} on {target.name} in the "
                   f"store; run `batchscope recommend` first", file=sys.stderr)
-            return 1
-        rec = recommendation_from_dict(stored[-1].change)
+            return EXIT_NOTHING_DONE
+        rec_id, rec = found
         print(render_recommendation(rec))
         if not rec.changes:
             print("nothing to apply: the recommendation is to keep the current config")
             return 0
-        if not args.yes:
-            answer = input(f"apply this change to {args.model} on {target.url}? [y/N] ")
-            if answer.strip().lower() not in ("y", "yes"):
-                print("not applied")
-                return 1
-        try:
-            result = apply_recommendation(target, rec, verify_s=args.verify_s, store=store,
-                                          say=lambda m: print(m, file=sys.stderr))
-        except ApplyRefused as exc:
-            print(f"batchscope: {exc}", file=sys.stderr)
-            return 3
+        if not args.yes and input(f"apply this change to {args.model} on {target.url}? [y/N] "
+                                  ).strip().lower() not in ("y", "yes"):
+            print("not applied")
+            return EXIT_NOTHING_DONE
+        stop = _stop_on_signals()  # Ctrl-C from here on rolls an unverified change back
+        with requests.Session() as http:
+            http.trust_env = False  # talk to the server the settings name, not a proxy
+            try:
+                result = apply_recommendation(target, rec, store=store, http=http,
+                                              settings=settings.apply, recommendation_id=rec_id,
+                                              wait=stop.wait,
+                                              say=lambda m: print(m, file=sys.stderr))
+            except ApplyRefused as exc:
+                print(f"batchscope: {exc}", file=sys.stderr)
+                return EXIT_REFUSED
     finally:
         store.close()
-    print(result.verdict)
-    return 0 if not result.rolled_back else 4
+    print(result.verdict.summary)
+    return EXIT_ROLLED_BACK if result.rolled_back else 0
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
     from collector.config import load_settings
+    from collector.store import Store
+    from dashboard.actions import ConfigActions
     from dashboard.app import serve
 
-    if not 0 < args.port < 65536:
-        raise ConfigError("port", f"must be 1..65535, got {args.port}")
-    if args.refresh <= 0:
-        raise ConfigError("refresh", f"must be > 0, got {args.refresh:g}")
+    _check_ui_flags(args)
     settings = load_settings(config_file=args.config,
                              overrides={"db_url": args.db_url, "triton": args.triton})
-    serve(settings.db_url, host=args.host, port=args.port, refresh_s=args.refresh,
-          ui=settings.ui, targets=settings.targets, slo_p95_ms=settings.slo_p95_ms)
+    store = Store(settings.db_url)
+    actions = ConfigActions(store, settings.targets, apply=settings.ui_apply)
+    try:
+        serve(store, actions=actions, host=args.host, port=args.port, refresh_s=args.refresh,
+              ui=settings.ui, slo_p95_ms=settings.slo_p95_ms)
+    finally:
+        actions.close()
+        store.close()
     return 0
 
 
@@ -250,65 +286,79 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from collector.serve import Service
     from collector.sources import SOURCES
 
-    if not 0 < args.port < 65536:
-        raise ConfigError("port", f"must be 1..65535, got {args.port}")
-    if args.refresh <= 0:
-        raise ConfigError("refresh", f"must be > 0, got {args.refresh:g}")
+    _check_ui_flags(args)
     settings = load_settings(
         config_file=args.config,
         overrides={"triton": args.triton, "metrics_url": args.metrics_url, "db_url": args.db_url,
-                   "interval_s": args.interval,
-                   "sources": args.sources.split(",") if args.sources else None},
+                   "interval_s": args.interval, "sources": _split(args.sources)},
         known_sources=set(SOURCES))
     if not settings.targets:
         raise ConfigError("targets", "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
                                      "or list targets in the config file")
     service = Service(settings, host=args.host, port=args.port, refresh_s=args.refresh)
     stop = _stop_on_signals()
-    service.start()
-    print(f"batchscope: collecting from {', '.join(t.url for t in settings.targets)}; "
-          f"UI on {service.url}", flush=True)
     try:
+        service.start()
+        print(f"batchscope: collecting from {', '.join(t.url for t in settings.targets)}; "
+              f"UI on {service.url}", flush=True)
         stop.wait(settings.duration_s)
     finally:
         service.close()
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="batchscope",
-        description="Monitor NVIDIA Triton Inference Server: utilisation, queueing, batching.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+# ------------------------------------------------------------------------ parsers
 
+
+def _add_db_and_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", dest="db_url", metavar="URL",
+                        help="SQLAlchemy database URL (default sqlite:///batchscope.db)")
+    parser.add_argument("--config", metavar="FILE", help="YAML settings file")
+
+
+def _add_triton(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--triton", action="append", metavar="URL", help=help_text)
+    parser.add_argument("--metrics-url", action="append", metavar="URL",
+                        help="metrics endpoint per --triton, in the same order "
+                             "(default: same host, port 8002, /metrics)")
+
+
+def _add_collection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--interval", type=str, metavar="S", help="seconds between scrapes")
+    parser.add_argument("--sources", metavar="LIST",
+                        help="comma-separated sources to run (default triton,nvml,host)")
+
+
+def _add_ui(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--host", default="127.0.0.1",
+                        help=f"address {what} binds (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"port (default {DEFAULT_PORT})")
+    parser.add_argument("--refresh", type=float, default=5.0, metavar="S",
+                        help="seconds between live refreshes (default 5)")
+
+
+def _add_collect_commands(sub: Any) -> None:
     collect = sub.add_parser("collect", help="scrape Triton targets, NVML and the host into the "
                                              "store")
-    collect.add_argument("--triton", action="append", metavar="URL",
-                         help="Triton HTTP endpoint, e.g. http://localhost:8000 (repeatable)")
-    collect.add_argument("--metrics-url", action="append", metavar="URL",
-                         help="metrics endpoint per --triton, in the same order "
-                              "(default: same host, port 8002, /metrics)")
-    collect.add_argument("--interval", type=str, metavar="S", help="seconds between scrapes")
+    _add_triton(collect, "Triton HTTP endpoint, e.g. http://localhost:8000 (repeatable)")
+    _add_collection(collect)
     collect.add_argument("--duration", type=str, metavar="S",
                          help="stop after S seconds (default: run until stopped)")
-    collect.add_argument("--sources", metavar="LIST",
-                         help="comma-separated sources to run (default triton,nvml,host)")
-    _add_common_db(collect)
+    _add_db_and_config(collect)
     collect.set_defaults(func=_cmd_collect)
 
     status = sub.add_parser("status", help="the latest window per target, model, device, process")
     status.add_argument("--window", type=float, default=60.0, metavar="S",
                         help="window in seconds (default 60)")
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    _add_common_db(status)
+    _add_db_and_config(status)
     status.set_defaults(func=_cmd_status)
 
+
+def _add_advice_commands(sub: Any) -> None:
     recommend = sub.add_parser("recommend", help="findings and batching recommendations")
-    recommend.add_argument("--triton", action="append", metavar="URL",
-                           help="observe this Triton live first (instead of stored samples)")
-    recommend.add_argument("--metrics-url", action="append", metavar="URL",
-                           help="metrics endpoint per --triton (default: same host, port 8002)")
+    _add_triton(recommend, "observe this Triton live first (instead of stored samples)")
     recommend.add_argument("--model", metavar="NAME", help="only this model")
     recommend.add_argument("--slo-p95-ms", type=float, metavar="X",
                            help="latency objective; without it p95 may rise at most 10 %%")
@@ -317,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     recommend.add_argument("--observe", type=float, default=30.0, metavar="S",
                            help="with --triton: seconds to observe first (default 30)")
     recommend.add_argument("--json", action="store_true")
-    _add_common_db(recommend)
+    _add_db_and_config(recommend)
     recommend.set_defaults(func=_cmd_recommend)
 
     apply = sub.add_parser("apply", help="apply the latest recommendation live, verify, "
@@ -327,38 +377,30 @@ def build_parser() -> argparse.ArgumentParser:
                        help="its metrics endpoint (default: same host, port 8002)")
     apply.add_argument("--model", required=True, metavar="NAME")
     apply.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    apply.add_argument("--verify-s", type=float, default=30.0, metavar="S",
-                       help="length of the before and after windows (default 30)")
-    _add_common_db(apply)
+    apply.add_argument("--verify-s", type=float, metavar="S",
+                       help="length of the before and after windows (default: the settings' "
+                            "apply.before_s and apply.after_s, 30)")
+    _add_db_and_config(apply)
     apply.set_defaults(func=_cmd_apply)
 
+
+def _add_ui_commands(sub: Any) -> None:
     dashboard = sub.add_parser("dashboard", help="serve the web UI over the store")
-    dashboard.add_argument("--host", default="127.0.0.1",
-                           help="address to bind (default 127.0.0.1: this machine only)")
-    dashboard.add_argument("--port", type=int, default=8050, help="port (default 8050)")
-    dashboard.add_argument("--refresh", type=float, default=5.0, metavar="S",
-                           help="seconds between live refreshes (default 5)")
+    _add_ui(dashboard, "the UI")
     dashboard.add_argument("--triton", action="append", metavar="URL",
                            help="a Triton server an admin may apply changes to (repeatable)")
-    _add_common_db(dashboard)
+    _add_db_and_config(dashboard)
     dashboard.set_defaults(func=_cmd_dashboard)
 
     serve = sub.add_parser("serve", help="collector, analysis and the web UI in one process")
-    serve.add_argument("--triton", action="append", metavar="URL",
-                       help="Triton HTTP endpoint (repeatable)")
-    serve.add_argument("--metrics-url", action="append", metavar="URL",
-                       help="metrics endpoint per --triton (default: same host, port 8002)")
-    serve.add_argument("--interval", type=str, metavar="S", help="seconds between scrapes")
-    serve.add_argument("--sources", metavar="LIST",
-                       help="comma-separated sources to run (default triton,nvml,host)")
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address the UI binds (default 127.0.0.1: this machine only)")
-    serve.add_argument("--port", type=int, default=8050, help="UI port (default 8050)")
-    serve.add_argument("--refresh", type=float, default=5.0, metavar="S",
-                       help="seconds between live refreshes of the UI (default 5)")
-    _add_common_db(serve)
+    _add_triton(serve, "Triton HTTP endpoint (repeatable)")
+    _add_collection(serve)
+    _add_ui(serve, "the UI")
+    _add_db_and_config(serve)
     serve.set_defaults(func=_cmd_serve)
 
+
+def _add_testbed_commands(sub: Any) -> None:
     try:
         from collector.demo import add_demo_command
         from collector.testbed.cli import add_testbed_commands
@@ -368,27 +410,63 @@ def build_parser() -> argparse.ArgumentParser:
         def _no_testbed(_args: argparse.Namespace) -> int:
             print(f"the testbed needs the 'testbed' extra: pip install 'batchscope[testbed]' "
                   f"({missing})", file=sys.stderr)
-            return 2
+            return EXIT_CONFIG
 
         for name in ("testbed", "load", "demo"):
             sub.add_parser(name, help="(needs the testbed extra)").set_defaults(func=_no_testbed)
     else:
         add_testbed_commands(sub)
         add_demo_command(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="batchscope",
+        description="Monitor NVIDIA Triton Inference Server: utilisation, queueing, batching.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_collect_commands(sub)
+    _add_advice_commands(sub)
+    _add_ui_commands(sub)
+    _add_testbed_commands(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("apscheduler").setLevel(logging.ERROR if not args.verbose else logging.INFO)
+def _run(args: argparse.Namespace) -> int:
+    """The command, with the errors a user can cause or fix as one line and a status."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from collector.apply import TargetUnreachable
+
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"batchscope: {exc}", file=sys.stderr)
-        return 2
+        status, message = EXIT_CONFIG, str(exc)
+    except TargetUnreachable as exc:
+        status, message = EXIT_UNREACHABLE, str(exc)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] not in ("tritonclient", "pytriton"):
+            raise
+        status, message = EXIT_CONFIG, (f"this command needs the 'testbed' extra: pip install "
+                                        f"'batchscope[testbed]' ({exc})")
+    except SQLAlchemyError as exc:  # the database is unreachable, locked or not ours
+        status, message = EXIT_NOTHING_DONE, f"database error: {getattr(exc, 'orig', exc)}"
+    except BatchscopeError as exc:
+        status, message = EXIT_NOTHING_DONE, str(exc)
+    except KeyboardInterrupt:
+        status, message = EXIT_INTERRUPTED, "interrupted"
+    print(f"batchscope: {message}", file=sys.stderr)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Their routine messages (each job run, each migration step) are noise at INFO.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR if not args.verbose else logging.INFO)
+    logging.getLogger("alembic").setLevel(logging.WARNING if not args.verbose else logging.INFO)
+    return _run(args)
 
 
 if __name__ == "__main__":

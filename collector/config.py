@@ -161,7 +161,7 @@ class TargetSettings(BaseModel):
             return metrics if urlsplit(metrics).path not in ("", "/") else metrics + "/metrics"
         if "url" not in info.data:  # the url is invalid and already reported
             return value
-        parts = urlsplit(info.data["url"])
+        parts = urlsplit(str(info.data["url"]))
         return urlunsplit((parts.scheme, f"{parts.hostname}:{DEFAULT_METRICS_PORT}",
                            "/metrics", "", ""))
 

@@ -46,17 +46,20 @@ class Service:
 
     def __init__(self, settings: Settings, *, host: str = "127.0.0.1", port: int = 8050,
                  refresh_s: float = 5.0, threads: int = 8) -> None:
+        from dashboard.actions import ConfigActions
         from dashboard.app import create_app
 
         self.settings = settings
+        # The one store (one engine) of the process: collector, analyses, UI and Apply.
         self.store = Store(settings.db_url)
         analyses = [detector_job(detector_settings(settings.analysis)),
                     every(settings.recommend_every_s,
                           recommender_job(settings.slo_p95_ms))]
         self.collector = CollectorService(settings, self.store, build_sources(settings),
                                           analyses=analyses)
-        self.app = create_app(settings.db_url, refresh_s=refresh_s, ui=settings.ui, host=host,
-                              targets=settings.targets, slo_p95_ms=settings.slo_p95_ms)
+        self.actions = ConfigActions(self.store, settings.targets, apply=settings.ui_apply)
+        self.app = create_app(self.store, actions=self.actions, refresh_s=refresh_s,
+                              ui=settings.ui, host=host, slo_p95_ms=settings.slo_p95_ms)
         self._host, self._port, self._threads = host, port, threads
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -92,9 +95,7 @@ class Service:
                 self._thread.join(timeout=10)
             self._server = None
         self.collector.shutdown()
-        queries = self.app.server.extensions.get("batchscope_queries")
-        if queries is not None:
-            queries.close()
+        self.actions.close()  # an Apply not yet verified is rolled back
         self.store.close()
 
     def __enter__(self) -> Service:

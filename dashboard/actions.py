@@ -104,6 +104,7 @@ class ConfigActions:
         self._probes: dict[str, tuple[float, str | None]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()  # close() stops running applies (they roll back)
+        self._threads: list[threading.Thread] = []
 
     def knows(self, target: str) -> bool:
         return target in self._targets
@@ -160,14 +161,19 @@ class ConfigActions:
                        recommendation_id=recommendation_id, started_at=time.time())
         with self._lock:
             self._jobs[job.id] = job
-        threading.Thread(target=self._run, args=(job.id, settings, rec),
-                         name=f"apply-{model}", daemon=True).start()
+        thread = threading.Thread(target=self._run, args=(job.id, settings, rec),
+                                  name=f"apply-{model}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
         return job
 
     def close(self) -> None:
-        """Stop running applies (a change not yet verified is rolled back) and close
-        the session this object opened."""
+        """Stop running applies and wait for their rollback (a change not yet verified
+        is not kept), then close the session this object opened. The caller closes the
+        store afterwards."""
         self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=self._apply.load_timeout_s)
         if self._own_http:
             self._http.close()
 
