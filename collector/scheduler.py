@@ -21,11 +21,13 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
+from collector.analysis.health import HOST_KIND, TRITON_KIND
 from collector.analysis.rates import rates_between
 from collector.config import Settings
 from collector.errors import CollectError
 from collector.records import (
     DeviceSample,
+    HostFacts,
     ModelRates,
     ModelSample,
     ProcessSample,
@@ -90,7 +92,7 @@ class CollectorService:
         started = self._clock()
         if started < health.next_attempt_at:
             return False
-        kind = "triton" if SOURCES[source.name].per_target else "host"
+        kind = TRITON_KIND if SOURCES[source.name].per_target else HOST_KIND
         health.attempts += 1
         t0 = time.perf_counter()
         error_kind: str | None = None
@@ -143,7 +145,10 @@ class CollectorService:
         processes = [r for r in records if isinstance(r, ProcessSample)]
         for record in records:
             if isinstance(record, TritonSnapshot):
+                # The per-scrape rates stored here are what every reader uses.
                 self.store.write_triton(record, self._rates_for(record))
+            elif isinstance(record, HostFacts):
+                self.store.write_host_facts(target, record)
         if devices:
             self.store.write_devices(target, now, devices)
         if processes:
