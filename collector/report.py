@@ -4,21 +4,43 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
+from typing import Any
 
 from collector.analysis.status import StatusReport
 from collector.records import Recommendation
 
 __all__ = ["render_findings", "render_recommendation", "render_status"]
 
-MODEL_COLUMNS = ("target", "model", "version", "qps", "infer_per_s", "exec_per_s",
-                 "avg_batch_size", "queue_us", "compute_infer_us", "request_us", "queue_share",
-                 "busy_share", "pending", "fail_per_s", "dynamic_batching",
-                 "max_queue_delay_us", "preferred_batch_sizes", "max_batch_size",
-                 "instance_count")
-DEVICE_COLUMNS = ("target", "source", "kind", "uuid", "name", "utilization_gpu_pct",
-                  "sm_active_pct", "memory_used_bytes", "memory_total_bytes", "power_w")
-PROCESS_COLUMNS = ("target", "pid", "role", "model", "instance_name", "cpu_pct", "rss_bytes",
-                   "sm_util_pct")
+# (header, field): a status row's fields under the names of the records it composes
+# (``ModelRates``, ``BatcherConfig``, ``DeviceSample``, ``ProcessSample``); the headers
+# are short for the terminal.
+MODEL_COLUMNS = (
+    ("target", "target"), ("model", "model"), ("version", "version"),
+    ("qps", "requests_per_s"), ("infer/s", "inferences_per_s"), ("exec/s", "executions_per_s"),
+    ("batch", "avg_batch_size"), ("queue_us", "queue_us_per_request"),
+    ("infer_us", "compute_infer_us_per_request"), ("request_us", "request_us_per_request"),
+    ("queue_share", "queue_share"), ("busy_share", "busy_share"),
+    ("pending", "pending_request_count"), ("fail/s", "fail_per_s"),
+    ("dyn_batching", "dynamic_batching"), ("max_delay_us", "max_queue_delay_us"),
+    ("preferred", "preferred_batch_sizes"), ("max_batch", "max_batch_size"),
+    ("instances", "instance_count"))
+DEVICE_COLUMNS = tuple((c, c) for c in (
+    "target", "source", "kind", "uuid", "name", "utilization_gpu_pct", "sm_active_pct",
+    "memory_used_bytes", "memory_total_bytes", "power_w"))
+PROCESS_COLUMNS = tuple((c, c) for c in (
+    "target", "pid", "role", "model", "instance_name", "cpu_pct", "rss_bytes", "sm_util_pct"))
+
+
+def _flat(row: Any) -> dict[str, object]:
+    """A status row's fields with those of the records it holds lifted beside them
+    (``rates.requests_per_s`` is ``requests_per_s``)."""
+    flat: dict[str, object] = {}
+    for key, value in asdict(row).items():
+        if isinstance(value, dict) and key not in ("fail_per_s_by_reason",):
+            flat.update({k: v for k, v in value.items() if k not in flat})
+        else:
+            flat[key] = value
+    return flat
 
 
 def _cell(value: object) -> str:
@@ -28,15 +50,17 @@ def _cell(value: object) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return ",".join(str(v) for v in value) or "-"
     return str(value)
 
 
-def _table(rows: Sequence[dict[str, object]], columns: Sequence[str]) -> str:
-    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+def _table(rows: Sequence[object], columns: Sequence[tuple[str, str]]) -> str:
+    flat = [_flat(r) for r in rows]
+    cells = [[_cell(r.get(name)) for _, name in columns] for r in flat]
+    headers = [header for header, _ in columns]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
               for row in cells]
     return "\n".join(lines)
@@ -44,12 +68,11 @@ def _table(rows: Sequence[dict[str, object]], columns: Sequence[str]) -> str:
 
 def render_status(report: StatusReport) -> str:
     """Models, then devices and processes when there are any."""
-    parts = [_table([asdict(m) for m in report.models], MODEL_COLUMNS)
-             if report.models else "no model samples yet"]
+    parts = [_table(report.models, MODEL_COLUMNS) if report.models else "no model samples yet"]
     if report.devices:
-        parts.append(_table([asdict(d) for d in report.devices], DEVICE_COLUMNS))
+        parts.append(_table(report.devices, DEVICE_COLUMNS))
     if report.processes:
-        parts.append(_table([asdict(p) for p in report.processes], PROCESS_COLUMNS))
+        parts.append(_table(report.processes, PROCESS_COLUMNS))
     return "\n\n".join(parts)
 
 
