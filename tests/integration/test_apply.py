@@ -5,6 +5,7 @@ control is refused with nothing changed."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -16,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from collector.analysis.configs import config_changes, config_with, render_pbtxt
-from collector.analysis.recommend import recommendation_to_dict
-from collector.config import target_from_url
+from collector.config import ApplySettings, target_from_url
 from collector.records import BatcherConfig, Prediction, Recommendation
 from collector.store import Store
 from collector.testbed.load import run_load
@@ -46,24 +46,34 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=timeout)
 
 
-def stored_recommendation(db_url: str, server: TritonServer, proposed: BatcherConfig) -> None:
-    """A hand-made recommendation in the store, as `recommend` would leave it."""
-    config = server.get_json(f"/v2/models/{MODEL.name}/config")
+def hand_made(target: str, proposed: BatcherConfig, config: dict[str, object]) -> Recommendation:
     current = BatcherConfig(max_batch_size=MODEL.max_batch_size)
-    target = target_from_url(server.http_url, server.metrics_url)
-    rec = Recommendation(
-        target=target.name, model=MODEL.name, created_at=0.0, kind="tune",
+    return Recommendation(
+        target=target, model=MODEL.name, created_at=0.0, kind="tune",
         changes=config_changes(current, proposed), current_config=current,
         proposed_config=proposed, current=Prediction(qps=1.0, p95_ms=1.0),
         predicted=Prediction(qps=1.0, p95_ms=1.0), confidence=0.5, reason="test",
         config_pbtxt=render_pbtxt(proposed),
         config_json=json.dumps(config_with(json.dumps(config), proposed)))
+
+
+def stored_recommendation(db_url: str, server: TritonServer, proposed: BatcherConfig) -> None:
+    """A hand-made recommendation in the store, as `recommend` would leave it."""
+    config = server.get_json(f"/v2/models/{MODEL.name}/config")
+    target = target_from_url(server.http_url, server.metrics_url)
     store = Store(db_url)
     try:
-        store.add_recommendation(target=rec.target, model=rec.model,
-                                 change=recommendation_to_dict(rec), predicted={},
-                                 confidence=rec.confidence, config_fragment=rec.config_pbtxt,
-                                 status=rec.kind)
+        store.add_recommendation(hand_made(target.name, proposed, config))
+    finally:
+        store.close()
+
+
+def outcome(db_url: str) -> str:
+    """What the store says became of the one recommendation of the model."""
+    store = Store(db_url)
+    try:
+        [stored] = store.recommendations(model=MODEL.name)
+        return stored.status
     finally:
         store.close()
 
@@ -98,6 +108,8 @@ def test_recommend_then_apply_keeps_a_good_change(triton_factory: Callable[..., 
         assert applied.evidence["rolled_back"] is False
     finally:
         store.close()
+    # `batchscope apply` records the outcome as the UI does.
+    assert outcome(db) == "kept"
 
 
 def test_apply_rolls_back_a_change_that_breaks_latency(
@@ -122,6 +134,7 @@ def test_apply_rolls_back_a_change_that_breaks_latency(
         assert applied.severity == "warning"
     finally:
         store.close()
+    assert outcome(db) == "rolled_back"
 
 
 def test_apply_refuses_without_explicit_model_control(
@@ -136,18 +149,44 @@ def test_apply_refuses_without_explicit_model_control(
                   "--verify-s", "1")
     assert out.returncode == 3
     assert "--model-control-mode=explicit" in out.stderr
+    assert "does not allow live config changes" in out.stderr
     assert "Nothing was changed" in out.stderr
+    assert "Traceback" not in out.stderr
     assert "dynamic_batching" not in server.get_json("/v2/models/m/config")
+    assert outcome(db) == "open"
 
     # The dashboard's Apply asks the same server, finds it closed and refuses too.
     target = target_from_url(server.http_url, server.metrics_url)
-    actions = ConfigActions([target], db, verify_s=1.0)
-    assert actions.live_changes_allowed(target.name) is False
+    store = Store(db)
+    actions = ConfigActions(store, [target], apply=ApplySettings(before_s=1.0, after_s=1.0))
+    try:
+        assert actions.live_changes_allowed(target.name) is False
+        refusal = actions.live_change_refusal(target.name)
+        assert refusal is not None and "does not allow live config changes" in refusal
+        [stored] = store.recommendations(model="m")
+        with pytest.raises(ActionRefused, match="--model-control-mode=explicit"):
+            actions.start_apply(target.name, "m", stored.id)
+    finally:
+        actions.close()
+        store.close()
+    assert "dynamic_batching" not in server.get_json("/v2/models/m/config")
+    assert outcome(db) == "open"
+
+
+def test_apply_to_an_unreachable_server_says_so_without_a_traceback(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed once the block ends
+    db = f"sqlite:///{tmp_path}/d.db"
     store = Store(db)
     try:
-        [stored] = store.recommendations(model="m")
+        store.add_recommendation(hand_made(target_from_url(url).name, replace(
+            BatcherConfig(max_batch_size=32), dynamic_batching=True), {"name": MODEL.name}))
     finally:
         store.close()
-    with pytest.raises(ActionRefused, match="--model-control-mode=explicit"):
-        actions.start_apply(target.name, "m", stored.id)
-    assert "dynamic_batching" not in server.get_json("/v2/models/m/config")
+    out = cli("apply", "--triton", url, "--model", "m", "--db", db, "--yes", "--verify-s", "1")
+    assert out.returncode == 5, out.stdout + out.stderr
+    assert "could not reach" in out.stderr and "nothing was changed" in out.stderr
+    assert "does not allow live config changes" not in out.stderr
+    assert "Traceback" not in out.stderr
+    assert outcome(db) == "open"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from collector.config import target_from_url
 from collector.store import Store
 from dashboard.actions import ActionRefused, ConfigActions
-from tests.browser.seed import model_config, store_recommendation
+from tests.unit.test_apply import recommendation
 
 
 def test_an_unknown_target_is_refused(tmp_path: Path) -> None:
@@ -33,8 +34,7 @@ def test_a_server_that_cannot_be_reached_is_refused_as_unreachable(tmp_path: Pat
         port = s.getsockname()[1]
     target = target_from_url(f"http://127.0.0.1:{port}")
     store = Store(f"sqlite:///{tmp_path}/a.db")
-    rid = store_recommendation(store, target=target.name, config=model_config("m", batching=False),
-                               qps=10.0, p95_ms=20.0, created_at=1.0)
+    rid = store.add_recommendation(replace(recommendation(), target=target.name))
     actions = ConfigActions(store, [target])
     try:
         assert actions.knows(target.name)
