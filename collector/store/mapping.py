@@ -76,7 +76,7 @@ def record_values(
     a dict is copied (a frozen record may hold a caller's mapping)."""
     rename = rename or {}
     out: dict[str, Any] = {}
-    for name in field_names(type(record)):
+    for name in field_names(cast(Any, type(record))):
         if name in skip:
             continue
         value = getattr(record, name)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVarTuple, cast
 
-from sqlalchemy import ColumnElement, Integer, Select, func, insert, select
+from sqlalchemy import ColumnElement, Integer, Select, Table, func, insert, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import FunctionElement
@@ -58,6 +58,9 @@ from collector.store.targets import TargetsMixin
 __all__ = ["SamplesMixin", "by_target_and_time", "join_models"]
 
 _SampleTable = type[ServerSampleRow] | type[DeviceSampleRow] | type[ProcessSampleRow]
+_Ts = TypeVarTuple("_Ts")
+# The columns that come from ``ProcessSample``'s fields (see ``schema.record_columns``).
+_PROCESS = cast(Table, ProcessSampleRow.__table__).c
 
 
 class SamplesMixin(TargetsMixin):
@@ -265,9 +268,9 @@ class SamplesMixin(TargetsMixin):
         """Process readings, oldest first (bounds inclusive)."""
         stmt = _labelled(ProcessSampleRow, target, since, until)
         if source is not None:
-            stmt = stmt.where(ProcessSampleRow.source == source)
+            stmt = stmt.where(_PROCESS.source == source)
         if model is not None:
-            stmt = stmt.where(ProcessSampleRow.model == model)
+            stmt = stmt.where(_PROCESS.model == model)
         with self._read() as session:
             return [
                 StoredProcess(r["target_name"], r["collected_at"], record_from(ProcessSample, r))
@@ -285,17 +288,17 @@ class SamplesMixin(TargetsMixin):
         bucket = _floor_non_negative((ProcessSampleRow.collected_at - since) / bucket_s)
         keys = (
             TargetRow.name,
-            ProcessSampleRow.pid,
-            ProcessSampleRow.role,
-            ProcessSampleRow.model,
-            ProcessSampleRow.instance_name,
+            _PROCESS.pid,
+            _PROCESS.role,
+            _PROCESS.model,
+            _PROCESS.instance_name,
         )
         selected = select(
             *keys,
             bucket.label("bucket"),
             func.count().label("sample_count"),
-            func.avg(ProcessSampleRow.cpu_pct).label("cpu_pct"),
-            func.avg(ProcessSampleRow.sm_util_pct).label("sm_util_pct"),
+            func.avg(_PROCESS.cpu_pct).label("cpu_pct"),
+            func.avg(_PROCESS.sm_util_pct).label("sm_util_pct"),
         )
         stmt = (
             by_target_and_time(selected, ProcessSampleRow, None, since, until)
@@ -418,7 +421,7 @@ class SamplesMixin(TargetsMixin):
 # --------------------------------------------------------------------------- queries
 
 
-def join_models(stmt: Select[Any]) -> Select[Any]:
+def join_models(stmt: Select[*_Ts]) -> Select[*_Ts]:
     return stmt.join(ModelRow, ModelRow.id == ModelSampleRow.model_id).join(
         TargetRow, TargetRow.id == ModelRow.target_id
     )
@@ -446,12 +449,12 @@ def _sample_filters(
 
 
 def by_target_and_time(
-    stmt: Select[Any],
+    stmt: Select[*_Ts],
     table: _SampleTable,
     target: str | None,
     since: float | None,
     until: float | None,
-) -> Select[Any]:
+) -> Select[*_Ts]:
     stmt = stmt.join(TargetRow, TargetRow.id == table.target_id)
     if target is not None:
         stmt = stmt.where(TargetRow.name == target)

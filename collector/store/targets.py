@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import cast
 
-from sqlalchemy import func, select
+from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
 from collector.analysis.health import HOST_KIND, scrape_decides, target_up
@@ -16,6 +17,9 @@ from collector.store.rows import TargetState, TargetTransition
 from collector.store.schema import HostFactsRow, TargetRow, TransitionRow
 
 __all__ = ["TargetsMixin"]
+
+# The columns that come from ``HostFacts``' fields (see ``schema.record_columns``).
+_HOST_FACTS = cast(Table, HostFactsRow.__table__).c
 
 
 class TargetsMixin(Database):
@@ -122,8 +126,10 @@ class TargetsMixin(Database):
         reading than the one stored is ignored); a new target gets kind ``"host"``."""
         with self._write() as session:
             target_id = self._ensure_target(session, target, HOST_KIND)
-            stored = session.get(HostFactsRow, target_id)
-            if stored is not None and stored.collected_at > facts.collected_at:
+            stored_at = session.scalar(
+                select(_HOST_FACTS.collected_at).where(_HOST_FACTS.target_id == target_id)
+            )
+            if stored_at is not None and stored_at > facts.collected_at:
                 return
             values = {"target_id": target_id, **record_values(facts, skip=("target",))}
             self._upsert(session, HostFactsRow, values, ["target_id"])
