@@ -43,11 +43,18 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
+from collector.analysis.sim_records import (
+    ClosedLoad,
+    Load,
+    OpenLoad,
+    ServiceModel,
+    SimResult,
+    require,
+    validate,
+)
 from collector.records import BatcherConfig
 
 __all__ = [
@@ -60,114 +67,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class ServiceModel:
-    """How long an instance takes to execute a batch.
-
-    ``mean_ms(b)``: mean execution time of a batch of ``b`` samples (ms, ≥ 0).
-    ``cv``: coefficient of variation of single executions; times are drawn from a
-    gamma distribution with that CV around the mean (``cv=1`` is exponential,
-    ``cv=0`` deterministic).
-
-    ``cpu_fraction`` and ``cores`` model CPU contention between instances: each
-    execution spends ``cpu_fraction`` of its time on one CPU core. When ``n``
-    instances are executing and ``n × cpu_fraction > cores``, the CPU part of an
-    execution is stretched by ``n × cpu_fraction / cores``. Approximation: ``n`` is
-    read once, when the execution starts (counting itself), and the stretch is then
-    fixed — in steady state at saturation this matches processor sharing; around
-    load changes it lags by one execution.
-
-    ``overhead_ms``: time an instance stays occupied after each execution before it
-    can take the next batch (the response has already left; it is not in latency).
-    """
-
-    mean_ms: Callable[[int], float]
-    cv: float = 0.0
-    cpu_fraction: float = 0.0
-    cores: float | None = None
-    overhead_ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class OpenLoad:
-    """Requests arriving independently of responses at ``rate_per_s``.
-
-    ``dispersion`` 1 gives Poisson arrivals. Otherwise inter-arrival times are gamma
-    with squared CV = ``dispersion`` (a renewal process whose index of dispersion of
-    counts tends to ``dispersion`` over long windows): > 1 bursty, < 1 more regular,
-    0 evenly spaced. Each request carries ``request_batch`` samples.
-    """
-
-    rate_per_s: float
-    dispersion: float = 1.0
-    request_batch: int = 1
-
-
-@dataclass(frozen=True)
-class ClosedLoad:
-    """``clients`` clients, each sending its next request ``think_ms`` after the
-    response to its previous one (perf_analyzer's ``--concurrency-range`` with think
-    time). All clients send their first request at time 0. A client whose request is
-    rejected on arrival (full queue) retries after ``think_ms`` plus the mean
-    execution time of one request — a stand-in for the error round trip that keeps a
-    zero-think client from spinning; one rejected by a queue timeout retries
-    ``think_ms`` after the timeout.
-
-    Real clients do not answer a batch's responses all at once. ``client_ms`` is the
-    time each response spends in a station the clients share and serve one at a time
-    (an asyncio event loop, a sender thread, a proxy): the responses of one batch leave
-    it ``client_ms`` apart, so the next requests arrive staggered rather than together
-    — which decides whether a free instance grabs a batch of one. ``think_cv`` spreads
-    each think time (gamma, that coefficient of variation around ``think_ms``). Both
-    0: every client of a batch sends again at the same instant."""
-
-    clients: int
-    think_ms: float = 0.0
-    request_batch: int = 1
-    client_ms: float = 0.0
-    think_cv: float = 0.0
-
-
-Load = OpenLoad | ClosedLoad
-
-
-@dataclass(frozen=True)
-class SimResult:
-    """What one simulation measured after warm-up.
-
-    The measurement window runs from the arrival of the first measured request (the
-    first ``warmup_fraction`` of arrivals are warm-up) to the last arrival.
-    ``throughput_per_s``: requests completed in the window per second (inferences
-    per second = this × ``request_batch``). Latencies (ms) are over measured requests
-    that completed, run to completion after the last arrival; NaN when none did.
-    ``avg_batch_size`` and ``batch_size_counts`` (executed size in samples →
-    executions) cover batches started in the window; ``busy_share`` is execution
-    time in the window per instance (overhead not included, as Triton's
-    batch_stats do not include it), averaged over instances. ``rejected_per_s``:
-    measured requests rejected, per second of window. ``completed``: measured
-    requests that completed. ``client_p50_ms``/``client_p95_ms``: closed loads only
-    (equal to the server figures for open loads): per request, server latency plus the
-    client's time until it sent its next request (station wait, ``client_ms`` and its
-    own think time) — what a load generator that times send-to-send measures.
-    ``mean_client_ms``: the mean of that client part alone (0 for open loads).
-    """
-
-    throughput_per_s: float
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    mean_latency_ms: float
-    mean_queue_ms: float
-    avg_batch_size: float
-    busy_share: float
-    rejected_per_s: float
-    batch_size_counts: dict[int, int]
-    completed: int
-    client_p50_ms: float = math.nan
-    client_p95_ms: float = math.nan
-    mean_client_ms: float = 0.0
-
-
 # Event kinds; at one instant the order does not matter (the batcher decides after).
 _FREE = 0  # an instance becomes free (payload: instance id)
 _RESPOND = 1  # closed load: the clients of a batch send again (payload: batch index)
@@ -175,73 +74,7 @@ _RETRY = 2  # closed load: one client sends again (payload: client)
 _WAKE = 3  # the batcher re-examines the queue (delay expired, timeout, start)
 _EXEC_END = 4  # an execution ends before the instance's overhead (contention only)
 
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
-
-
-def _validate(config: BatcherConfig, service: ServiceModel, load: Load, requests: int,
-              warmup_fraction: float) -> int:
-    """Check every input; returns the request size ``k``."""
-    _require(isinstance(load, OpenLoad | ClosedLoad),
-             f"load must be OpenLoad or ClosedLoad, got {type(load).__name__}")
-    k = load.request_batch
-    _require(isinstance(k, int) and k >= 1, f"request_batch must be an int >= 1, got {k!r}")
-    if isinstance(load, OpenLoad):
-        _require(math.isfinite(load.rate_per_s) and load.rate_per_s > 0,
-                 f"rate_per_s must be finite and > 0, got {load.rate_per_s}")
-        _require(math.isfinite(load.dispersion) and load.dispersion >= 0,
-                 f"dispersion must be finite and >= 0, got {load.dispersion}")
-    else:
-        _require(isinstance(load.clients, int) and load.clients >= 1,
-                 f"clients must be an int >= 1, got {load.clients!r}")
-        _require(math.isfinite(load.think_ms) and load.think_ms >= 0,
-                 f"think_ms must be finite and >= 0, got {load.think_ms}")
-        _require(math.isfinite(load.client_ms) and load.client_ms >= 0,
-                 f"client_ms must be finite and >= 0, got {load.client_ms}")
-        _require(math.isfinite(load.think_cv) and load.think_cv >= 0,
-                 f"think_cv must be finite and >= 0, got {load.think_cv}")
-    _require(config.instance_count >= 1,
-             f"instance_count must be >= 1, got {config.instance_count}")
-    _require(config.max_batch_size >= 0,
-             f"max_batch_size must be >= 0, got {config.max_batch_size}")
-    if config.dynamic_batching:
-        _require(config.max_batch_size >= 1,
-                 "dynamic batching needs max_batch_size >= 1 (0 means the model "
-                 "does not batch)")
-        _require(k <= config.max_batch_size,
-                 f"request_batch {k} exceeds max_batch_size {config.max_batch_size}")
-        for size in config.preferred_batch_sizes:
-            _require(1 <= size <= config.max_batch_size,
-                     f"preferred batch size {size} is outside 1..max_batch_size "
-                     f"({config.max_batch_size})")
-        _require(config.max_queue_delay_us >= 0,
-                 f"max_queue_delay_us must be >= 0, got {config.max_queue_delay_us}")
-        _require(config.max_queue_size >= 0,
-                 f"max_queue_size must be >= 0, got {config.max_queue_size}")
-        _require(config.default_timeout_us >= 0,
-                 f"default_timeout_us must be >= 0, got {config.default_timeout_us}")
-        _require(config.timeout_action in ("REJECT", "DELAY"),
-                 f"timeout_action must be REJECT or DELAY, got {config.timeout_action!r}")
-    elif config.max_batch_size == 0:
-        _require(k == 1, f"a model with max_batch_size 0 takes request_batch 1, got {k}")
-    else:
-        _require(k <= config.max_batch_size,
-                 f"request_batch {k} exceeds max_batch_size {config.max_batch_size}")
-    _require(math.isfinite(service.cv) and service.cv >= 0,
-             f"cv must be finite and >= 0, got {service.cv}")
-    _require(0.0 <= service.cpu_fraction <= 1.0,
-             f"cpu_fraction must be in [0, 1], got {service.cpu_fraction}")
-    _require(service.cores is None or (math.isfinite(service.cores) and service.cores > 0),
-             f"cores must be > 0 or None, got {service.cores}")
-    _require(math.isfinite(service.overhead_ms) and service.overhead_ms >= 0,
-             f"overhead_ms must be finite and >= 0, got {service.overhead_ms}")
-    _require(isinstance(requests, int) and requests >= 2,
-             f"requests must be an int >= 2, got {requests!r}")
-    _require(0.0 <= warmup_fraction < 1.0,
-             f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
-    return k
+_Event = tuple[float, int, int]  # (time in ms, kind, payload)
 
 
 def _service_table(service: ServiceModel, k: int, max_requests: int) -> list[float]:
@@ -250,10 +83,10 @@ def _service_table(service: ServiceModel, k: int, max_requests: int) -> list[flo
     table = [0.0]
     for m in range(1, max_requests + 1):
         value = float(service.mean_ms(m * k))
-        _require(math.isfinite(value) and value >= 0,
-                 f"mean_ms({m * k}) must be finite and >= 0, got {value}")
-        _require(value + service.overhead_ms > 0,
-                 f"mean_ms({m * k}) + overhead_ms must be > 0")
+        require(math.isfinite(value) and value >= 0,
+                f"mean_ms({m * k}) must be finite and >= 0, got {value}")
+        require(value + service.overhead_ms > 0,
+                f"mean_ms({m * k}) + overhead_ms must be > 0")
         table.append(value)
     return table
 
@@ -278,243 +111,375 @@ def simulate(config: BatcherConfig, service: ServiceModel, load: Load, *,
     not batch) or that make no sense (rate ≤ 0, cv < 0, ...). See the module
     docstring for the scheduler semantics and :class:`SimResult` for the window.
     """
-    k = _validate(config, service, load, requests, warmup_fraction)
-    batching = config.dynamic_batching
-    m_max = max(config.max_batch_size, 1) // k if batching else 1
-    svc = _service_table(service, k, m_max)
-    rng = np.random.default_rng(seed)
-    R = requests
-    INF = math.inf
-    nan = math.nan
+    k = validate(config, service, load, requests, warmup_fraction)
+    return _Simulation(config, service, load, k, requests, seed, warmup_fraction).run()
 
-    # --- load
-    open_load = isinstance(load, OpenLoad)
-    arr: list[float]
-    if isinstance(load, OpenLoad):
-        mean_gap = 1000.0 / load.rate_per_s
-        d = load.dispersion
-        if d == 0:
-            gaps = np.full(R, mean_gap)
-        elif d == 1.0:
-            gaps = rng.exponential(mean_gap, R)
-        else:
-            gaps = rng.gamma(1.0 / d, mean_gap * d, R)
-        arr = np.cumsum(gaps).tolist()
-        clients, think = 0, 0.0
-        client_ms, think_draws = 0.0, None
-    else:
-        arr = [0.0] * R
-        clients, think = load.clients, float(load.think_ms)
-        client_ms = float(load.client_ms)
-        think_draws = None
-        if load.think_cv > 0 and think > 0:
-            tshape = 1.0 / (load.think_cv * load.think_cv)
-            think_draws = rng.gamma(tshape, think / tshape, R).tolist()
-    client_of = [0] * (0 if open_load else R)
-    back = [nan] * (0 if open_load else R)  # when each request's client sent again
-    staggered = client_ms > 0 or think_draws is not None
-    client_free = 0.0  # when the clients' shared station is next free
-    reject_retry_ms = think + svc[1]
 
-    # --- service randomness: one unit-mean multiplier per batch (at most R batches)
-    cv = service.cv
-    mult: list[float] | None = None
-    if cv > 0:
-        shape = 1.0 / (cv * cv)
-        mult = rng.gamma(shape, 1.0 / shape, R).tolist()
-    overhead = float(service.overhead_ms)
-    f = service.cpu_fraction
-    cores = service.cores
-    contended = cores is not None and f > 0
-    cores_f = float(cores) if cores is not None else 1.0
-    free_ends_exec = contended and overhead == 0
+class _BatchRule:
+    """Triton's dynamic batcher's decision (see the module docstring): how many of the
+    queued requests to send when an instance is free, or to wait for the delay."""
 
-    # --- batcher
-    delay = config.max_queue_delay_us / 1000.0 if batching else 0.0
-    timeout = config.default_timeout_us / 1000.0 if batching else 0.0
-    reject_on_timeout = config.timeout_action == "REJECT"
-    max_q = config.max_queue_size if batching else 0
-    exact = _best_preferred(config, k, m_max) if batching else [0, 1]
-    preferred = set(config.preferred_batch_sizes) or {max(config.max_batch_size, 1)}
-    max_pref = max(preferred)
-    c_pref = max(1, max_pref // k)  # requests that fit in the largest preferred size
-    wake_timeouts = timeout > 0 and not open_load  # clients wait on timeout rejections
+    __slots__ = ("batching", "c_pref", "delay_ms", "exact", "k", "m_max", "max_pref")
 
-    # --- state; per-request lists are preallocated (no per-event allocation)
-    start = [nan] * R
-    end = [nan] * R
-    q: list[int] = []  # queued request ids, FIFO; q[qh:] are still queued
-    qh = 0
-    dq: list[int] = []  # requests that timed out under DELAY, behind everything else
-    dqh = 0
-    free = list(range(config.instance_count))
-    instances = config.instance_count
-    executing = 0
-    heap: list[tuple[float, int, int]] = []
-    push = heapq.heappush
-    pop = heapq.heappop
-    b_start: list[float] = []
-    b_end: list[float] = []
-    b_size: list[int] = []
-    b_members: list[list[int]] = []
-    nb = 0
-    na = 0  # open: next arrival index; closed: requests generated so far
-    wake_at = -INF
-    rejected_measured = 0
-    warm = min(int(R * warmup_fraction), R - 1)
-    incoming: list[int] = []  # closed: clients sending at this instant
-    arriving: list[int] = []
+    def __init__(self, config: BatcherConfig, k: int) -> None:
+        self.k = k
+        self.batching = config.dynamic_batching
+        self.m_max = max(config.max_batch_size, 1) // k if self.batching else 1
+        self.delay_ms = config.max_queue_delay_us / 1000.0 if self.batching else 0.0
+        self.exact = _best_preferred(config, k, self.m_max) if self.batching else [0, 1]
+        preferred = set(config.preferred_batch_sizes) or {max(config.max_batch_size, 1)}
+        self.max_pref = max(preferred)
+        self.c_pref = max(1, self.max_pref // k)  # requests that fit in the largest preferred
 
-    if not open_load:
-        incoming.extend(range(clients))
-        push(heap, (0.0, _WAKE, 0))
+    def choose(self, queued: int, oldest_arrival_ms: float, t: float) -> tuple[int, float]:
+        """(requests to send now, when the oldest request's delay runs out); 0 requests
+        means the batcher waits until then. ``oldest_arrival_ms`` is only read when
+        there is a delay."""
+        if not self.batching:
+            return 1, math.inf
+        m_max = self.m_max
+        nn = queued if queued < m_max else m_max
+        best = self.exact[nn]
+        if not best and queued > self.c_pref:
+            best = self.c_pref
+        due = math.inf
+        exceeded = False
+        if self.delay_ms > 0:
+            due = oldest_arrival_ms + self.delay_ms
+            exceeded = t >= due
+        if best and not exceeded:
+            return best, due
+        if (queued > m_max or nn * self.k >= self.max_pref or exceeded
+                or self.delay_ms == 0):
+            return nn, due
+        return 0, due
 
-    while True:
-        t = heap[0][0] if heap else INF
-        if open_load and na < R and arr[na] < t:
-            t = arr[na]
-        if t == INF:
-            break
 
-        # 1. every event at this instant
-        while heap and heap[0][0] <= t:
-            _, kind, x = pop(heap)
-            if kind == _FREE:
-                free.append(x)
-                if free_ends_exec:
-                    executing -= 1
-            elif kind == _RESPOND:
-                if staggered:
-                    # Each response passes the shared station in turn, then thinks.
-                    for rid in b_members[x]:
-                        client_free = (client_free if client_free > t else t) + client_ms
-                        again = client_free + (think_draws[rid] if think_draws else think)
-                        back[rid] = again
-                        push(heap, (again, _RETRY, client_of[rid]))
-                else:
-                    for rid in b_members[x]:
-                        back[rid] = t
-                        incoming.append(client_of[rid])
-            elif kind == _RETRY:
-                incoming.append(x)
-            elif kind == _EXEC_END:
-                executing -= 1
-            # _WAKE: nothing to apply; the batcher looks at the queue below
+class _Queue:
+    """Queued request ids in FIFO order (``main[head:]``), and behind them the
+    requests that timed out under ``DELAY`` (``delayed[delayed_head:]``). Heads move
+    instead of popping, so no per-event allocation."""
 
-        # 2. arrivals at this instant
-        if open_load:
-            while na < R and arr[na] <= t:
-                arriving.append(na)
-                na += 1
-        elif incoming:
-            for client in incoming:
-                if na < R:
-                    arr[na] = t
-                    client_of[na] = client
-                    arriving.append(na)
-                    na += 1
-            incoming.clear()
+    __slots__ = ("delayed", "delayed_head", "head", "main")
 
-        if timeout > 0:
-            # Same timeout for everyone and FIFO order: expired requests are a prefix.
-            while qh < len(q) and arr[q[qh]] + timeout <= t:
-                rid = q[qh]
-                qh += 1
-                if reject_on_timeout:
-                    if rid >= warm:
-                        rejected_measured += 1
-                    if not open_load:
-                        push(heap, (t + think, _RETRY, client_of[rid]))
-                else:
-                    dq.append(rid)
+    def __init__(self) -> None:
+        self.main: list[int] = []
+        self.head = 0
+        self.delayed: list[int] = []
+        self.delayed_head = 0
 
-        if arriving:
-            if max_q:
-                for rid in arriving:
-                    if len(q) - qh + len(dq) - dqh >= max_q:
-                        if rid >= warm:
-                            rejected_measured += 1
-                        if not open_load:
-                            push(heap, (t + reject_retry_ms, _RETRY, client_of[rid]))
-                    else:
-                        q.append(rid)
-            else:
-                q.extend(arriving)
-            arriving.clear()
+    def __len__(self) -> int:
+        return len(self.main) - self.head + len(self.delayed) - self.delayed_head
 
-        # 3. the batcher: form batches while an instance is free
-        want_wake = INF
-        due = INF
-        while free:
-            nq = len(q) - qh
-            nd = len(dq) - dqh
-            n = nq + nd
-            if n == 0:
-                break
-            if batching:
-                nn = n if n < m_max else m_max
-                best = exact[nn]
-                if not best and n > c_pref:
-                    best = c_pref
-                exceeded = False
-                if delay > 0:
-                    due = (arr[dq[dqh]] if nd else arr[q[qh]]) + delay
-                    exceeded = t >= due
-                if best and not exceeded:
-                    m = best
-                elif n > m_max or nn * k >= max_pref or exceeded or delay == 0:
-                    m = nn
-                else:
-                    want_wake = due
-                    break
-            else:
-                m = 1
-            # Members: the main queue first, then requests delayed by a timeout.
-            if m <= nq:
-                members = q[qh:qh + m]
-                qh += m
-            else:
-                members = q[qh:] + dq[dqh:dqh + m - nq]
-                qh = len(q)
-                dqh += m - nq
-            inst = free.pop()
-            s = svc[m]
-            if mult is not None:
-                s *= mult[nb]
-            if contended:
-                executing += 1
-                demand = executing * f
-                if demand > cores_f:
-                    s *= (1.0 - f) + f * demand / cores_f
-            te = t + s
+    def oldest(self) -> int:
+        """The request whose delay decides: the first delayed one, else the head."""
+        if len(self.delayed) > self.delayed_head:
+            return self.delayed[self.delayed_head]
+        return self.main[self.head]
+
+    def take(self, m: int) -> list[int]:
+        """The next ``m`` requests: the main queue first, then the delayed ones."""
+        main, head = self.main, self.head
+        in_main = len(main) - head
+        if m <= in_main:
+            self.head = head + m
+            return main[head:head + m]
+        from_delayed = m - in_main
+        members = main[head:] + self.delayed[self.delayed_head:self.delayed_head + from_delayed]
+        self.head = len(main)
+        self.delayed_head += from_delayed
+        return members
+
+
+class _Executions:
+    """How long each batch runs: the mean per size, a unit-mean random multiplier per
+    batch, and the stretch of CPU contention (see :class:`ServiceModel`)."""
+
+    __slots__ = ("contended", "cores", "cpu_fraction", "executing", "free_ends_exec",
+                 "mean_ms", "multipliers", "overhead_ms")
+
+    def __init__(self, service: ServiceModel, mean_ms: list[float], requests: int,
+                 rng: np.random.Generator) -> None:
+        self.mean_ms = mean_ms
+        # One multiplier per batch: at most one batch per request.
+        self.multipliers: list[float] | None = None
+        if service.cv > 0:
+            shape = 1.0 / (service.cv * service.cv)
+            self.multipliers = rng.gamma(shape, 1.0 / shape, requests).tolist()
+        self.overhead_ms = float(service.overhead_ms)
+        self.cpu_fraction = service.cpu_fraction
+        self.contended = service.cores is not None and service.cpu_fraction > 0
+        self.cores = float(service.cores) if service.cores is not None else 1.0
+        # Without overhead the instance is free when the execution ends: one event.
+        self.free_ends_exec = self.contended and self.overhead_ms == 0
+        self.executing = 0
+
+    def stretch(self) -> float:
+        """An execution starts under contention: the factor on its time (≥ 1)."""
+        self.executing += 1
+        f = self.cpu_fraction
+        demand = self.executing * f
+        return (1.0 - f) + f * demand / self.cores if demand > self.cores else 1.0
+
+
+class _Clients:
+    """The clients of a closed load: who sent which request, when each sent again,
+    and the shared serial station their responses pass (see :class:`ClosedLoad`)."""
+
+    __slots__ = ("back", "client_free", "client_ms", "client_of", "count", "incoming",
+                 "reject_retry_ms", "staggered", "think_draws", "think_ms")
+
+    def __init__(self, load: ClosedLoad, requests: int, rng: np.random.Generator,
+                 one_request_ms: float) -> None:
+        self.count = load.clients
+        self.think_ms = float(load.think_ms)
+        self.client_ms = float(load.client_ms)
+        self.think_draws: list[float] | None = None
+        if load.think_cv > 0 and self.think_ms > 0:
+            shape = 1.0 / (load.think_cv * load.think_cv)
+            self.think_draws = rng.gamma(shape, self.think_ms / shape, requests).tolist()
+        self.client_of = [0] * requests
+        self.back = [math.nan] * requests  # when each request's client sent again
+        self.staggered = self.client_ms > 0 or self.think_draws is not None
+        self.client_free = 0.0  # when the shared station is next free
+        self.reject_retry_ms = self.think_ms + one_request_ms
+        self.incoming: list[int] = list(range(self.count))  # clients sending now
+
+    def respond(self, t: float, members: list[int], heap: list[_Event]) -> None:
+        """The responses of a batch reach their clients at ``t``."""
+        if not self.staggered:
             for rid in members:
-                start[rid] = t
-                end[rid] = te
-            b_start.append(t)
-            b_end.append(te)
-            b_size.append(m)
-            if overhead > 0:
-                push(heap, (te + overhead, _FREE, inst))
-                if contended:
-                    push(heap, (te, _EXEC_END, inst))
+                self.back[rid] = t
+                self.incoming.append(self.client_of[rid])
+            return
+        # Each response passes the shared station in turn, then its client thinks.
+        draws = self.think_draws
+        for rid in members:
+            free = self.client_free
+            self.client_free = (free if free > t else t) + self.client_ms
+            again = self.client_free + (draws[rid] if draws else self.think_ms)
+            self.back[rid] = again
+            heapq.heappush(heap, (again, _RETRY, self.client_of[rid]))
+
+
+class _Simulation:
+    """One run: the event heap, the queue, the instances and what each request and
+    batch did. :meth:`run` is the event loop; each step of an instant is a method."""
+
+    __slots__ = ("arrival", "arrived", "batch_end", "batch_members", "batch_size",
+                 "batch_start", "clients", "end", "executions", "free", "heap", "instances",
+                 "k", "max_queue_size", "queue", "reject_on_timeout", "rejected_measured",
+                 "requests", "rule", "start", "timeout_ms", "wake_at", "wake_timeouts", "warm")
+
+    def __init__(self, config: BatcherConfig, service: ServiceModel, load: Load, k: int,
+                 requests: int, seed: int, warmup_fraction: float) -> None:
+        self.k = k
+        self.rule = _BatchRule(config, k)
+        mean_ms = _service_table(service, k, self.rule.m_max)
+        rng = np.random.default_rng(seed)  # draws: load first, then executions
+        self.requests = requests
+        self.clients: _Clients | None = None
+        if isinstance(load, OpenLoad):
+            self.arrival = _open_arrivals(load, requests, rng)
+        else:
+            self.arrival = [0.0] * requests  # a closed load's arrivals happen as it runs
+            self.clients = _Clients(load, requests, rng, mean_ms[1])
+        self.executions = _Executions(service, mean_ms, requests, rng)
+        batching = config.dynamic_batching
+        self.timeout_ms = config.default_timeout_us / 1000.0 if batching else 0.0
+        self.reject_on_timeout = config.timeout_action == "REJECT"
+        self.max_queue_size = config.max_queue_size if batching else 0
+        # Clients wait on timeout rejections, so the batcher must wake for them.
+        self.wake_timeouts = self.timeout_ms > 0 and self.clients is not None
+        self.instances = config.instance_count
+        self.free = list(range(config.instance_count))
+        self.queue = _Queue()
+        self.heap: list[_Event] = []
+        self.arrived = 0  # open: next arrival index; closed: requests generated so far
+        self.wake_at = -math.inf
+        self.warm = min(int(requests * warmup_fraction), requests - 1)
+        self.rejected_measured = 0
+        self.start = [math.nan] * requests
+        self.end = [math.nan] * requests
+        self.batch_start: list[float] = []
+        self.batch_end: list[float] = []
+        self.batch_size: list[int] = []
+        self.batch_members: list[list[int]] = []
+        if self.clients is not None:
+            heapq.heappush(self.heap, (0.0, _WAKE, 0))
+
+    def run(self) -> SimResult:
+        # The loop turns once per instant, hundreds of thousands of times a run: what
+        # it touches is bound to locals once, and steps with nothing to do are skipped.
+        heap, free, queue = self.heap, self.free, self.queue
+        apply_events, arrivals = self._apply_events, self._arrivals
+        form_batches, schedule_wake = self._form_batches, self._schedule_wake
+        arrival, requests, inf = self.arrival, self.requests, math.inf
+        open_load = self.clients is None
+        incoming = self.clients.incoming if self.clients is not None else []
+        expires, wake_timeouts = self.timeout_ms > 0, self.wake_timeouts
+        while True:
+            t = heap[0][0] if heap else inf
+            if open_load and self.arrived < requests and arrival[self.arrived] < t:
+                t = arrival[self.arrived]
+            if t == inf:
+                break
+            if heap and heap[0][0] <= t:
+                apply_events(t)  # 1. every event at this instant
+            if (incoming or (open_load and self.arrived < requests
+                             and arrival[self.arrived] <= t)
+                    or (expires and queue.head < len(queue.main))):
+                arrivals(t)  # 2. arrivals, timeouts, admission
+            waiting = queue.head < len(queue.main) or queue.delayed_head < len(queue.delayed)
+            want = form_batches(t) if free and waiting else inf  # 3. the batcher
+            if want < inf or wake_timeouts:
+                schedule_wake(want, t)
+        return self._summary()
+
+    def _apply_events(self, t: float) -> None:
+        heap, executions, clients = self.heap, self.executions, self.clients
+        while heap and heap[0][0] <= t:
+            _, kind, x = heapq.heappop(heap)
+            if kind == _FREE:
+                self.free.append(x)
+                if executions.free_ends_exec:
+                    executions.executing -= 1
+            elif kind == _RESPOND:
+                assert clients is not None
+                clients.respond(t, self.batch_members[x], heap)
+            elif kind == _RETRY:
+                assert clients is not None
+                clients.incoming.append(x)
+            elif kind == _EXEC_END:
+                executions.executing -= 1
+            # _WAKE: nothing to apply; the batcher looks at the queue after
+
+    def _arrivals(self, t: float) -> None:
+        """This instant's arrivals, then the queue timeouts, then admission: a request
+        arriving at a full queue is turned away, after the timeouts made room."""
+        first = n = self.arrived  # request ids are given in arrival order
+        arrival, clients, requests = self.arrival, self.clients, self.requests
+        if clients is None:
+            while n < requests and arrival[n] <= t:
+                n += 1
+        else:
+            for client in clients.incoming:
+                if n < requests:
+                    arrival[n] = t
+                    clients.client_of[n] = client
+                    n += 1
+            clients.incoming.clear()
+        self.arrived = n
+        if self.timeout_ms > 0:
+            self._expire(t)
+        limit = self.max_queue_size
+        if not limit:
+            self.queue.main.extend(range(first, n))
+            return
+        for rid in range(first, n):
+            if len(self.queue) >= limit:
+                self._reject(rid, t, clients.reject_retry_ms if clients else 0.0)
             else:
-                push(heap, (te, _FREE, inst))
-            if not open_load:
-                b_members.append(members)
-                push(heap, (te if staggered else te + think, _RESPOND, nb))
-            nb += 1
+                self.queue.main.append(rid)
 
-        if wake_timeouts and qh < len(q):
-            due_timeout = arr[q[qh]] + timeout
-            if due_timeout < want_wake:
-                want_wake = due_timeout
-        if want_wake < INF and (wake_at <= t or want_wake < wake_at):
-            push(heap, (want_wake, _WAKE, 0))
-            wake_at = want_wake
+    def _expire(self, t: float) -> None:
+        """Requests queued past the timeout. Same timeout for everyone and FIFO order:
+        the expired ones are a prefix of the main queue."""
+        queue, arrival, timeout = self.queue, self.arrival, self.timeout_ms
+        while queue.head < len(queue.main) and arrival[queue.main[queue.head]] + timeout <= t:
+            rid = queue.main[queue.head]
+            queue.head += 1
+            if self.reject_on_timeout:
+                self._reject(rid, t, self.clients.think_ms if self.clients else 0.0)
+            else:
+                queue.delayed.append(rid)
 
-    return _summarise(arr[:na] if not open_load else arr, start, end, warm,
-                      rejected_measured, b_start, b_end, b_size, k, instances,
-                      back=None if open_load else back)
+    def _reject(self, rid: int, t: float, retry_after_ms: float) -> None:
+        if rid >= self.warm:
+            self.rejected_measured += 1
+        if self.clients is not None:
+            heapq.heappush(self.heap, (t + retry_after_ms, _RETRY, self.clients.client_of[rid]))
+
+    def _form_batches(self, t: float) -> float:
+        """Start batches while an instance is free; returns when the batcher wants to
+        look again (the oldest request's delay), or infinity."""
+        queue, free, arrival, rule = self.queue, self.free, self.arrival, self.rule
+        main, delayed = queue.main, queue.delayed
+        delays = rule.delay_ms > 0
+        while free:
+            queued = len(main) - queue.head + len(delayed) - queue.delayed_head
+            if queued == 0:
+                break
+            if rule.batching:
+                m, due = rule.choose(queued, arrival[queue.oldest()] if delays else 0.0, t)
+                if m == 0:
+                    return due
+            else:
+                m = 1  # each request executes alone
+            self._start_batch(t, queue.take(m), free.pop())
+        return math.inf
+
+    def _start_batch(self, t: float, members: list[int], instance: int) -> None:
+        number = len(self.batch_size)
+        executions = self.executions
+        s = executions.mean_ms[len(members)]
+        if executions.multipliers is not None:
+            s *= executions.multipliers[number]
+        if executions.contended:
+            s *= executions.stretch()
+        te = t + s
+        start, end = self.start, self.end
+        for rid in members:
+            start[rid] = t
+            end[rid] = te
+        self.batch_start.append(t)
+        self.batch_end.append(te)
+        self.batch_size.append(len(members))
+        heap, overhead = self.heap, executions.overhead_ms
+        if overhead > 0:
+            heapq.heappush(heap, (te + overhead, _FREE, instance))
+            if executions.contended:
+                heapq.heappush(heap, (te, _EXEC_END, instance))
+        else:
+            heapq.heappush(heap, (te, _FREE, instance))
+        clients = self.clients
+        if clients is not None:
+            self.batch_members.append(members)
+            respond_at = te if clients.staggered else te + clients.think_ms
+            heapq.heappush(heap, (respond_at, _RESPOND, number))
+
+    def _schedule_wake(self, want: float, t: float) -> None:
+        """Schedule the batcher's next look: the delay it waits for, or (closed loads
+        with a queue timeout) when the head request times out."""
+        queue = self.queue
+        if self.wake_timeouts and queue.head < len(queue.main):
+            due_timeout = self.arrival[queue.main[queue.head]] + self.timeout_ms
+            if due_timeout < want:
+                want = due_timeout
+        if want < math.inf and (self.wake_at <= t or want < self.wake_at):
+            heapq.heappush(self.heap, (want, _WAKE, 0))
+            self.wake_at = want
+
+    def _summary(self) -> SimResult:
+        closed = self.clients is not None
+        return _summarise(self.arrival[:self.arrived] if closed else self.arrival,
+                          self.start, self.end, self.warm, self.rejected_measured,
+                          self.batch_start, self.batch_end, self.batch_size, self.k,
+                          self.instances, back=self.clients.back if self.clients else None)
+
+
+def _open_arrivals(load: OpenLoad, requests: int, rng: np.random.Generator) -> list[float]:
+    """Arrival times (ms) of an open load: gamma gaps with squared CV ``dispersion``."""
+    mean_gap = 1000.0 / load.rate_per_s
+    d = load.dispersion
+    if d == 0:
+        gaps = np.full(requests, mean_gap)
+    elif d == 1.0:
+        gaps = rng.exponential(mean_gap, requests)
+    else:
+        gaps = rng.gamma(1.0 / d, mean_gap * d, requests)
+    arrivals: list[float] = np.cumsum(gaps).tolist()
+    return arrivals
 
 
 def _summarise(arr: list[float], start: list[float], end: list[float], warm: int,
