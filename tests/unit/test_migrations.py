@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, create_engine, inspect, text
+from sqlalchemy import Connection, MetaData, create_engine, inspect, text
 from sqlalchemy.pool import NullPool
 
 from collector.records import (
@@ -28,7 +29,7 @@ from collector.records import (
     Recommendation,
 )
 from collector.store import Store
-from collector.store.migrate import BASELINE_REVISION
+from collector.store.migrate import BASELINE_REVISION, alembic_config
 from collector.store.schema import Base
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "store"
@@ -259,3 +260,24 @@ def test_a_new_database_matches_the_models_and_reopens(tmp_path: Path) -> None:
         assert _diffs(conn) == []
         assert "alembic_version" in inspect(conn).get_table_names()
     engine.dispose()
+
+
+def test_the_first_revision_is_the_schema_before_migrations(tmp_path: Path) -> None:
+    """Revision 0001 makes exactly what the fixture DDL (create_all on main) made, so
+    stamping an old database with it is true."""
+    fixture = create_engine(f"sqlite:///{tmp_path / 'fixture.db'}", poolclass=NullPool)
+    with fixture.begin() as conn:
+        for statement in _statements(FIXTURES / "schema_main_sqlite.sql"):
+            conn.exec_driver_sql(statement)
+    made = MetaData()
+    made.reflect(fixture)
+    revision = create_engine(f"sqlite:///{tmp_path / 'revision.db'}", poolclass=NullPool)
+    with revision.begin() as conn:
+        command.upgrade(alembic_config(conn), BASELINE_REVISION)
+    with revision.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        diffs = [d for d in compare_metadata(context, made)
+                 if not (d[0] == "remove_table" and d[1].name == "alembic_version")]
+    assert diffs == []
+    fixture.dispose()
+    revision.dispose()
