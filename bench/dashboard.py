@@ -28,23 +28,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+import plotly.io
 
-import plotly.io  # noqa: E402
-
-from collector.records import DeviceSample, ProcessSample  # noqa: E402
-from collector.store import Store  # noqa: E402
-from dashboard import components, figures  # noqa: E402
-from dashboard.queries import DashboardQueries, to_json  # noqa: E402
-from tests.browser.seed import (  # noqa: E402
-    Load,
-    model_config,
-    scrape_ok,
-    steady_load,
-    store_recommendation,
-)
+from collector.records import DeviceSample, ProcessSample
+from collector.store import Store
+from collector.synthetic import Load, model_config, scrape_ok, steady_load, store_recommendation
+from dashboard import components, figures
+from dashboard.queries import DashboardQueries, to_json
 
 TARGET = "triton-a"
 HOST = "gpu-host"
@@ -179,7 +169,8 @@ def callbacks(queries: DashboardQueries, model: str) -> dict[str, Callable[[], i
 
 
 def time_callbacks(url: str, *, repeat: int, model: str) -> dict[str, list[float]]:
-    queries = DashboardQueries(url)
+    store = Store(url)
+    queries = DashboardQueries(store)
     try:
         out: dict[str, list[float]] = {}
         for name, run in callbacks(queries, model).items():
@@ -192,7 +183,7 @@ def time_callbacks(url: str, *, repeat: int, model: str) -> dict[str, list[float
             out[name] = samples
         return out
     finally:
-        queries.close()
+        store.close()
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, list[float]]:

@@ -1,10 +1,12 @@
 """The app factory and the production server.
 
-``create_app`` builds one Dash app over one store: the shell (brand, page links, theme
-switch) around ``dash.page_container``, the pages found in ``dashboard/pages``, and
-their callbacks as closures over one ``DashboardQueries`` (no module-level state, so
-two apps in one process each read their own store). Callback validation stays on:
-``app.validation_layout`` holds every page's layout.
+``create_app`` builds one Dash app over the store its caller opened (one engine per
+process, shared with the collector): the shell (brand, page links, theme switch)
+around ``dash.page_container``, the pages found in ``dashboard/pages``, and their
+callbacks as closures over one ``DashboardQueries`` and the caller's
+``ConfigActions`` (no module-level state, so two apps in one process each read their
+own store). Callback validation stays on: ``app.validation_layout`` holds every
+page's layout.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import importlib
 import logging
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -20,7 +21,8 @@ import dash
 import flask
 from dash import Dash, Input, Output, dcc, html
 
-from collector.config import TargetSettings, UiSettings
+from collector.config import UiSettings
+from collector.store import Store
 from dashboard import auth
 from dashboard.actions import ConfigActions
 from dashboard.auth import LOGIN_REQUIRED_KEY, install_access
@@ -35,9 +37,8 @@ log = logging.getLogger("batchscope.dashboard")
 
 _HERE: Final = Path(__file__).resolve().parent
 #: The page modules under ``dashboard/pages``, each with ``layout`` and
-#: ``register_callbacks(app, queries)``.
+#: ``register_callbacks(app, queries, actions)``.
 PAGES: Final = ("overview", "model", "recommendations", "findings", "devices")
-QUERIES_EXTENSION: Final = "batchscope_queries"
 #: Every page's live-refresh Interval (paused while the tab is hidden).
 LIVE_INTERVALS: Final = (Overview.INTERVAL, Model.INTERVAL, Recs.INTERVAL, Findings.INTERVAL,
                          Devices.INTERVAL)
@@ -49,7 +50,7 @@ def _shell() -> Any:
            dcc.Link("Findings", href="/findings", className="nav-link"),
            dcc.Link("Devices", href="/devices", className="nav-link")]
     role = auth.current_role() if flask.has_request_context() else None
-    who = [html.Span(role or "", id=Shell.ROLE, className="muted role")]
+    who: list[Any] = [html.Span(role or "", id=Shell.ROLE, className="muted role")]
     if flask.has_request_context() and flask.current_app.config.get(LOGIN_REQUIRED_KEY):
         who.append(html.A("sign out", href="/logout", className="nav-link"))
     return html.Div([
@@ -67,18 +68,18 @@ def _shell() -> Any:
     ], id=Shell.ROOT, className=f"shell theme-{DARK}")
 
 
-def create_app(store_url: str, *, refresh_s: float = DEFAULT_REFRESH_S,
-               queries: DashboardQueries | None = None, ui: UiSettings | None = None,
-               host: str = "127.0.0.1", targets: Sequence[TargetSettings] = (),
-               slo_p95_ms: dict[str, float] | None = None) -> Dash:
-    """The dashboard over the store at ``store_url`` (any URL ``collector.store.Store``
-    takes), refreshing every ``refresh_s`` seconds. ``queries`` replaces the query
-    object (tests). The store is opened on the first read, so an unreachable one
-    shows a banner instead of failing here.
+def create_app(store: Store, *, actions: ConfigActions | None = None,
+               refresh_s: float = DEFAULT_REFRESH_S, ui: UiSettings | None = None,
+               host: str = "127.0.0.1", slo_p95_ms: dict[str, float] | None = None,
+               queries: DashboardQueries | None = None) -> Dash:
+    """The dashboard over ``store`` (the caller's, which it closes), refreshing every
+    ``refresh_s`` seconds. Nothing is read here, so a store whose database does not
+    answer yet shows a banner on each page until it does.
 
-    ``ui`` sets login and roles (see ``dashboard.auth``; ``host`` is the bind address,
-    which decides the role when no password is set); ``targets`` are the servers an
-    admin may apply changes to; ``slo_p95_ms`` the objectives the what-if draws."""
+    ``actions`` carries out Apply (``None``: the dashboard changes nothing); ``ui``
+    sets login and roles (see ``dashboard.auth``; ``host`` is the bind address, which
+    decides the role when no password is set); ``slo_p95_ms`` the objectives the
+    what-if draws; ``queries`` replaces the query object (tests)."""
     ui = ui or UiSettings()
     if not (isinstance(refresh_s, int | float) and math.isfinite(refresh_s) and refresh_s > 0):
         raise ValueError(f"refresh_s must be a positive number of seconds, got {refresh_s!r}")
@@ -88,18 +89,18 @@ def create_app(store_url: str, *, refresh_s: float = DEFAULT_REFRESH_S,
         pages_folder=str(_HERE / "pages"),
         assets_folder=str(_HERE / "assets"),
         title="batchscope",
-        update_title=None,
+        update_title="",  # the tab title stays while a callback runs
         serve_locally=True,
     )
     app.server.config[REFRESH_MS_KEY] = int(round(refresh_s * 1000))
-    queries = queries or DashboardQueries(store_url, slo_p95_ms=slo_p95_ms)
-    app.server.extensions[QUERIES_EXTENSION] = queries
+    queries = queries or DashboardQueries(store, slo_p95_ms=slo_p95_ms)
     install_access(app.server, ui, host=host)
-    actions = ConfigActions(targets, store_url, verify_s=ui.apply_verify_s)
 
     pages = [importlib.import_module(f"dashboard.pages.{name}") for name in PAGES]
     app.layout = _shell
-    app.validation_layout = html.Div([_shell(), *[p.layout() for p in pages]])
+    # Dash declares the attribute as None; it takes a layout.
+    app.validation_layout = html.Div(  # type: ignore[assignment]
+        [_shell(), *[p.layout() for p in pages]])
     for page in pages:
         page.register_callbacks(app, queries, actions)
 
@@ -117,10 +118,11 @@ def create_app(store_url: str, *, refresh_s: float = DEFAULT_REFRESH_S,
             }
             return !document.hidden;
         }""".replace("SHELL_VISIBLE", Shell.VISIBLE),
-        Output(Shell.VISIBLE, "data"), Input(Shell.ROOT, "id"))
+        Output(Shell.VISIBLE, "data"), Input(Shell.ROOT, "id"))  # type: ignore[no-untyped-call]
     for interval in LIVE_INTERVALS:
-        app.clientside_callback("function(visible) { return visible === false; }",
-                                Output(interval, "disabled"), Input(Shell.VISIBLE, "data"))
+        app.clientside_callback(  # type: ignore[no-untyped-call]
+            "function(visible) { return visible === false; }",
+            Output(interval, "disabled"), Input(Shell.VISIBLE, "data"))
 
     @app.callback(Output(Shell.ROOT, "className"), Input(Shell.THEME, "value"))
     def apply_theme(theme: str | None) -> str:
@@ -129,18 +131,15 @@ def create_app(store_url: str, *, refresh_s: float = DEFAULT_REFRESH_S,
     return app
 
 
-def serve(store_url: str, *, host: str = "127.0.0.1", port: int = 8050,
-          refresh_s: float = DEFAULT_REFRESH_S, threads: int = 8, ui: UiSettings | None = None,
-          targets: Sequence[TargetSettings] = (),
-          slo_p95_ms: dict[str, float] | None = None) -> None:
-    """Serve the dashboard with waitress (a production WSGI server) until stopped."""
+def serve(store: Store, *, actions: ConfigActions | None = None, host: str = "127.0.0.1",
+          port: int = 8050, refresh_s: float = DEFAULT_REFRESH_S, threads: int = 8,
+          ui: UiSettings | None = None, slo_p95_ms: dict[str, float] | None = None) -> None:
+    """Serve the dashboard over ``store`` with waitress (a production WSGI server)
+    until stopped; the caller closes the store afterwards."""
     import waitress
 
-    app = create_app(store_url, refresh_s=refresh_s, ui=ui, host=host, targets=targets,
+    app = create_app(store, actions=actions, refresh_s=refresh_s, ui=ui, host=host,
                      slo_p95_ms=slo_p95_ms)
     shown = f"[{host}]" if ":" in host else host
     print(f"batchscope dashboard on http://{shown}:{port}/", flush=True)
-    try:
-        waitress.serve(app.server, host=host, port=port, threads=threads, ident="batchscope")
-    finally:
-        app.server.extensions[QUERIES_EXTENSION].close()
+    waitress.serve(app.server, host=host, port=port, threads=threads, ident="batchscope")

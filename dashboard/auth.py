@@ -21,6 +21,7 @@ from typing import Final
 from urllib.parse import urlencode, urlsplit
 
 import flask
+from flask.typing import ResponseReturnValue
 
 from collector.config import UiSettings
 
@@ -62,12 +63,17 @@ def open_role(host: str) -> str:
         return VIEWER
 
 
+def _matches(given: bytes, password: str | None) -> bool:
+    if not password:
+        return False
+    return hmac.compare_digest(given, password.encode())
+
+
 def _role_for(password: str, ui: UiSettings) -> str | None:
     given = password.encode()
     # Both compared, whatever the first gave, so the time does not tell which matched.
-    admin = bool(ui.admin_password) and hmac.compare_digest(given, ui.admin_password.encode())
-    viewer = bool(ui.viewer_password) and hmac.compare_digest(given,
-                                                              ui.viewer_password.encode())
+    admin = _matches(given, ui.admin_password)
+    viewer = _matches(given, ui.viewer_password)
     return ADMIN if admin else VIEWER if viewer else None
 
 
@@ -84,9 +90,9 @@ def _safe_next(value: str | None) -> str:
 def current_role() -> str | None:
     """The role of the request being handled (None: not signed in)."""
     if not flask.current_app.config.get(LOGIN_REQUIRED_KEY):
-        return flask.current_app.config.get(_OPEN_ROLE_KEY, VIEWER)
+        return str(flask.current_app.config.get(_OPEN_ROLE_KEY, VIEWER))
     role = flask.g.get("batchscope_bearer_role") or flask.session.get(_ROLE_KEY)
-    return role if role in (ADMIN, VIEWER) else None
+    return str(role) if role in (ADMIN, VIEWER) else None
 
 
 def is_admin() -> bool:
@@ -101,7 +107,7 @@ def install_access(server: flask.Flask, ui: UiSettings, *, host: str = "127.0.0.
     server.config[_OPEN_ROLE_KEY] = open_role(host)
 
     @server.before_request
-    def gate() -> flask.Response | None:
+    def gate() -> ResponseReturnValue | None:
         if not ui.login_required:
             return None
         header = flask.request.headers.get("Authorization", "")
@@ -121,7 +127,7 @@ def install_access(server: flask.Flask, ui: UiSettings, *, host: str = "127.0.0.
         return flask.redirect(f"/login?{urlencode({'next': target})}")
 
     @server.route("/login", methods=["GET", "POST"])
-    def login() -> flask.Response | str:
+    def login() -> ResponseReturnValue:
         if flask.request.method == "POST":
             next_path = _safe_next(flask.request.form.get("next"))
             role = _role_for(flask.request.form.get("password", ""), ui)
@@ -135,7 +141,7 @@ def install_access(server: flask.Flask, ui: UiSettings, *, host: str = "127.0.0.
             _LOGIN_PAGE, error=None, next=_safe_next(flask.request.args.get("next")))
 
     @server.route("/logout")
-    def logout() -> flask.Response:
+    def logout() -> ResponseReturnValue:
         flask.session.clear()
         return flask.redirect("/login" if ui.login_required else "/")
 

@@ -8,6 +8,7 @@ from strings, and nothing uses ``dangerously_allow_html``.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -15,19 +16,22 @@ from urllib.parse import urlencode
 
 from dash import dcc, html
 
+from collector.records import Recommendation
 from dashboard import ids
 from dashboard.queries import (
     DEFAULT_RANGE,
     RANGES,
-    ConfigView,
     DeviceTile,
-    FindingView,
     ModelDetail,
     ModelRow,
     OverviewData,
     RecommendationView,
+    StoredFinding,
+    StoredModelConfig,
+    StoredRecommendation,
     TargetTile,
     WhatIfView,
+    is_open,
 )
 from dashboard.theme import severity_class, utilisation_colour
 
@@ -110,7 +114,7 @@ def banner(messages: Sequence[str]) -> list[Any]:
     return [html.Div(m, className="banner", role="alert") for m in messages]
 
 
-def finding_badges(findings: Sequence[FindingView]) -> list[Any]:
+def finding_badges(findings: Sequence[StoredFinding]) -> list[Any]:
     return [html.Span(f.kind.replace("_", " "), className=severity_class(f.severity),
                       title=f.summary) for f in findings]
 
@@ -141,7 +145,7 @@ def empty_state(data: OverviewData) -> list[Any]:
                    "models appear here after its second scrape. Try the bundled CPU "
                    "testbed: `batchscope testbed up`, then collect from the URL it prints."),
         ], className="empty-state")]
-    if not data.models and not any(t.kind == "triton" for t in data.targets):
+    if not data.models and not any(t.state.kind == "triton" for t in data.targets):
         return [html.Div(
             "no Triton target is collected here, only GPUs and hosts — add one with "
             "`--triton URL` to see its models", className="empty-state")]
@@ -161,7 +165,7 @@ def overview_summary(data: OverviewData) -> list[Any]:
     if data.instances_idle is not None:
         cards.append(_stat(f"{data.instances_idle:.1f}", "model instances idle",
                            f"of {data.instances_total}"))
-    up = sum(1 for t in data.targets if t.up)
+    up = sum(1 for t in data.targets if t.state.up)
     cards.append(_stat(f"{up}/{len(data.targets)}", "targets up", ""))
     cards.append(_stat(str(len(data.models)), "models", f"window {data.window_s:.0f} s"))
     return cards
@@ -173,22 +177,25 @@ def _stat(value: str, label: str, detail: str) -> Any:
                      html.Div(detail, className="stat-detail")], className="stat")
 
 
-def target_tile(t: TargetTile) -> Any:
+def target_tile(tile: TargetTile) -> Any:
+    t = tile.state
     state = "up" if t.up else "down" if t.up is False else "unknown"
     return html.Div([
         html.Div(t.name, className="tile-title"),
         html.Div(f"{t.kind} · {state}", className="tile-detail"),
-        html.Div(f"{t.models} model(s)" if t.kind == "triton" else "", className="tile-detail"),
+        html.Div(f"{tile.models} model(s)" if t.kind == "triton" else "",
+                 className="tile-detail"),
     ], className=f"tile tile-target tile-{state}")
 
 
-def device_tile(d: DeviceTile, findings: Sequence[FindingView] = (),
+def device_tile(tile: DeviceTile, findings: Sequence[StoredFinding] = (),
                 mig_children: int = 0) -> Any:
+    d = tile.sample
     label = d.name or d.uuid
     if d.kind == "mig" and " MIG " in label:
         label = "MIG " + label.split(" MIG ", 1)[1]  # the profile says what it is
-    value = fmt_num(d.utilisation_pct, 0, " %")
-    if mig_children and d.utilisation_pct is None:
+    value = fmt_num(tile.utilisation_pct, 0, " %")
+    if mig_children and tile.utilisation_pct is None:
         # NVML has no utilisation for a GPU in MIG mode; its instances carry it.
         value = f"{mig_children} MIG"
     memory = ""
@@ -197,33 +204,33 @@ def device_tile(d: DeviceTile, findings: Sequence[FindingView] = (),
     return html.Div([
         html.Div(label, className="tile-title"),
         html.Div(value, className="tile-value"),
-        html.Div(f"{d.kind.upper()} · {d.target}" + (" · unhealthy" if not d.healthy else ""),
+        html.Div(f"{d.kind.upper()} · {tile.target}" + (" · unhealthy" if not d.healthy else ""),
                  className="tile-detail"),
         html.Div(memory, className="tile-detail"),
         html.Div(finding_badges(findings), className="badges"),
     ], className="tile tile-device",
-        style={"borderColor": utilisation_colour(d.utilisation_pct),
-               "boxShadow": f"inset 0 -6px 0 {utilisation_colour(d.utilisation_pct)}"},
-        title=f"{d.uuid} ({d.metric or 'no utilisation reading'}, {d.source})")
+        style={"borderColor": utilisation_colour(tile.utilisation_pct),
+               "boxShadow": f"inset 0 -6px 0 {utilisation_colour(tile.utilisation_pct)}"},
+        title=f"{d.uuid} ({tile.metric or 'no utilisation reading'}, {d.source})")
 
 
 def tiles(data: OverviewData) -> list[Any]:
-    by_uuid: dict[str, list[FindingView]] = {}
+    by_uuid: dict[str, list[StoredFinding]] = {}
     for f in data.device_findings:
         by_uuid.setdefault(f.subject, []).append(f)
     out = [target_tile(t) for t in data.targets]
     children: dict[str, int] = {}
     for d in data.devices:
-        if d.kind == "mig" and d.parent_uuid:
-            children[d.parent_uuid] = children.get(d.parent_uuid, 0) + 1
-    out += [device_tile(d, by_uuid.get(d.uuid, []), children.get(d.uuid, 0))
+        if d.sample.kind == "mig" and d.sample.parent_uuid:
+            children[d.sample.parent_uuid] = children.get(d.sample.parent_uuid, 0) + 1
+    out += [device_tile(d, by_uuid.get(d.sample.uuid, []), children.get(d.sample.uuid, 0))
             for d in data.devices]
     return out
 
 
 SORT_KEYS = {
     "name": "name",
-    "qps": "QPS (highest first)",
+    "requests_per_s": "QPS (highest first)",
     "queue_share": "queue share (highest first)",
     "busy_share": "busy share (lowest first)",
     "findings": "findings (most first)",
@@ -235,32 +242,39 @@ def filter_rows(rows: Sequence[ModelRow], text: str | None) -> list[ModelRow]:
     needle = (text or "").strip().lower()
     if not needle:
         return list(rows)
-    return [r for r in rows if needle in r.model.lower() or needle in r.target.lower()]
+    return [r for r in rows
+            if needle in r.status.model.lower() or needle in r.status.target.lower()]
+
+
+def _rate(row: ModelRow, name: str) -> float | None:
+    """A ``ModelRates`` figure of the row, ``None`` without rates."""
+    rates = row.status.rates
+    value: float | None = getattr(rates, name) if rates is not None else None
+    return value
 
 
 def sort_rows(rows: Sequence[ModelRow], key: str | None) -> list[ModelRow]:
-    def missing_last(value: float | None, sign: float) -> tuple[bool, float]:
-        return (value is None, sign * (value or 0.0))
-
-    if key == "qps":
-        return sorted(rows, key=lambda r: missing_last(r.qps, -1))
-    if key == "queue_share":
-        return sorted(rows, key=lambda r: missing_last(r.queue_share, -1))
-    if key == "busy_share":
-        return sorted(rows, key=lambda r: missing_last(r.busy_share, 1))
+    """Rows in the order of a ``SORT_KEYS`` key: a ``ModelRates`` figure (rows without
+    it last), the number of findings, or else target, model and version."""
+    if key in ("requests_per_s", "queue_share", "busy_share"):
+        sign = 1.0 if key == "busy_share" else -1.0  # idle first; busiest first
+        return sorted(rows, key=lambda r: (_rate(r, key) is None, sign * (_rate(r, key) or 0.0)))
     if key == "findings":
-        return sorted(rows, key=lambda r: (-len(r.findings), r.target, r.model))
-    return sorted(rows, key=lambda r: (r.target, r.model, r.version))
+        return sorted(rows, key=lambda r: (-len(r.findings), r.status.target, r.status.model))
+    return sorted(rows, key=lambda r: (r.status.target, r.status.model, r.status.version))
 
 
 def _batch_cell(r: ModelRow) -> Any:
-    avg = fmt_num(r.avg_batch_size, 1)
-    if r.dynamic_batching is False:
+    avg = fmt_num(_rate(r, "avg_batch_size"), 1)
+    config = r.status.config
+    if config is None:
+        against = ""
+    elif not config.dynamic_batching:
         against = "batching off"
-    elif r.preferred_batch_sizes:
-        against = "preferred " + ", ".join(str(s) for s in r.preferred_batch_sizes)
-    elif r.max_batch_size:
-        against = f"max {r.max_batch_size}"
+    elif config.preferred_batch_sizes:
+        against = "preferred " + ", ".join(str(s) for s in config.preferred_batch_sizes)
+    elif config.max_batch_size:
+        against = f"max {config.max_batch_size}"
     else:
         against = ""
     return html.Td([html.Span(avg, className="num"), html.Span(against, className="against")])
@@ -271,16 +285,16 @@ def models_table(rows: Sequence[ModelRow]) -> Any:
                                             "queue share", "busy share", "pending", "findings")])
     body = [
         html.Tr([
-            html.Td(r.target),
-            html.Td(dcc.Link(r.model, href=model_href(r.target, r.model),
+            html.Td(r.status.target),
+            html.Td(dcc.Link(r.status.model, href=model_href(r.status.target, r.status.model),
                              className="model-link")),
-            html.Td(fmt_num(r.qps, 1), className="num"),
+            html.Td(fmt_num(_rate(r, "requests_per_s"), 1), className="num"),
             _batch_cell(r),
-            html.Td(fmt_share(r.queue_share), className="num"),
-            html.Td(fmt_share(r.busy_share), className="num"),
-            html.Td(fmt_num(r.pending, 1), className="num"),
+            html.Td(fmt_share(_rate(r, "queue_share")), className="num"),
+            html.Td(fmt_share(_rate(r, "busy_share")), className="num"),
+            html.Td(fmt_num(r.status.pending_request_count, 1), className="num"),
             html.Td(html.Div(finding_badges(r.findings), className="badges")),
-        ], className="row-down" if not r.up else "")
+        ], className="row-down" if not r.status.up else "")
         for r in rows
     ]
     if not body:
@@ -330,9 +344,17 @@ def range_links(target: str | None, model: str | None, current: str) -> list[Any
             for name in RANGES]
 
 
-def config_panel(config: ConfigView | None) -> list[Any]:
-    if config is None:
+def _pretty_json(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), indent=2, sort_keys=True)
+    except ValueError:
+        return text
+
+
+def config_panel(stored: StoredModelConfig | None) -> list[Any]:
+    if stored is None:
         return [html.H3("Config"), html.P("no config stored for this model", className="muted")]
+    config = stored.config
     facts = [
         ("max_batch_size", str(config.max_batch_size)),
         ("dynamic_batching", "on" if config.dynamic_batching else "off"),
@@ -340,13 +362,13 @@ def config_panel(config: ConfigView | None) -> list[Any]:
         ("max_queue_delay", f"{config.max_queue_delay_us} µs"),
         ("instances", f"{config.instance_count} × {config.instance_kind}"),
         ("backend", config.backend or config.platform or "—"),
-        ("seen since", fmt_time(config.collected_at)),
+        ("seen since", fmt_time(stored.collected_at)),
     ]
     return [
         html.H3("Config"),
         html.Dl([item for k, v in facts for item in (html.Dt(k), html.Dd(v))], className="facts"),
         html.Details([html.Summary("effective config (JSON)"),
-                      html.Pre(config.raw_json, className="code")]),
+                      html.Pre(_pretty_json(config.raw_json), className="code")]),
     ]
 
 
@@ -360,13 +382,13 @@ def _evidence(evidence: dict[str, Any]) -> Any:
                     for item in (html.Dt(str(k)), html.Dd(show(v)))], className="facts evidence")
 
 
-def findings_list(findings: Sequence[FindingView], now: float) -> list[Any]:
+def findings_list(findings: Sequence[StoredFinding], now: float) -> list[Any]:
     if not findings:
         return [html.H3("Findings"), html.P("no findings for this model in this range",
                                             className="muted")]
     items = []
     for f in findings:
-        state = "open" if f.active else f"resolved {fmt_ago(f.resolved_at, now)}"
+        state = "open" if is_open(f) else f"resolved {fmt_ago(f.resolved_at, now)}"
         items.append(html.Li([
             html.Span(f.severity, className=severity_class(f.severity)),
             html.Span(f.kind.replace("_", " "), className="finding-kind"),
@@ -377,35 +399,40 @@ def findings_list(findings: Sequence[FindingView], now: float) -> list[Any]:
     return [html.H3("Findings"), html.Ul(items, className="findings")]
 
 
-def _current_vs_predicted(rec: RecommendationView) -> Any:
+def _current_vs_predicted(rec: Recommendation) -> Any:
     return html.Table([
         html.Thead(html.Tr([html.Th(""), html.Th("QPS"), html.Th("p95")])),
         html.Tbody([
-            html.Tr([html.Td("current"), html.Td(fmt_num(rec.current_qps, 0)),
-                     html.Td(fmt_num(rec.current_p95_ms, 1, " ms"))]),
-            html.Tr([html.Td("predicted"), html.Td(fmt_num(rec.predicted_qps, 0)),
-                     html.Td(fmt_num(rec.predicted_p95_ms, 1, " ms"))]),
-        ]),
+            html.Tr([html.Td(label), html.Td(fmt_num(p.qps, 0)),
+                     html.Td(fmt_num(p.p95_ms, 1, " ms"))])
+            for label, p in (("current", rec.current), ("predicted", rec.predicted))]),
     ], className="numbers")
 
 
-def recommendation_card(rec: RecommendationView | None) -> list[Any]:
-    if rec is None:
+def _rec_meta(stored: StoredRecommendation, *extra: Any) -> Any:
+    """Kind, confidence, and status with the time it was made."""
+    return html.Div([
+        html.Span(stored.kind.replace("_", " "), className="badge badge-info"),
+        html.Span(f"confidence {stored.confidence:.0%}", className="muted"),
+        html.Span(f"{stored.status.replace('_', ' ')} · {fmt_time(stored.created_at)}",
+                  className="muted"),
+        *extra], className="rec-meta")
+
+
+def recommendation_card(view: RecommendationView | None) -> list[Any]:
+    if view is None:
         return [html.H3("Recommendation"),
                 html.P("no recommendation yet — run `batchscope recommend`", className="muted")]
+    rec = view.stored.recommendation
     change_rows = [html.Tr([html.Td(f), html.Td(b), html.Td("→"), html.Td(a)])
-                   for f, b, a in rec.changes]
-    numbers = _current_vs_predicted(rec)
+                   for f, b, a in view.changes]
     return [
         html.H3("Recommendation"),
-        html.Div([html.Span(rec.kind.replace("_", " "), className="badge badge-info"),
-                  html.Span(f"confidence {rec.confidence:.0%}", className="muted"),
-                  html.Span(f"{rec.status} · {fmt_time(rec.created_at)}", className="muted")],
-                 className="rec-meta"),
+        _rec_meta(view.stored),
         html.P(rec.reason, className="reason"),
         html.Table(html.Tbody(change_rows), className="changes") if change_rows else
         html.P("keep the current config", className="muted"),
-        numbers,
+        _current_vs_predicted(rec),
         html.Div([html.Span("config.pbtxt", className="muted"),
                   dcc.Clipboard(target_id=ids.Model.PBTXT, id=ids.Model.COPY,
                                 title="copy", className="copy")], className="pbtxt-head"),
@@ -443,47 +470,42 @@ def recommendation_list(recs: Sequence[RecommendationView],
                    "them continuously; `batchscope recommend --db URL` makes one now."),
         ], className="empty-state")]
     items = []
-    for r in recs:
+    for view in recs:
+        r = view.stored.recommendation
         chosen = selected == (r.target, r.model)
-        gain = (f"{r.predicted_qps / r.current_qps:.2f}× QPS"
-                if r.predicted_qps and r.current_qps else "")
+        gain = (f"{r.predicted.qps / r.current.qps:.2f}× QPS"
+                if r.predicted.qps and r.current.qps else "")
         items.append(dcc.Link([
             html.Span(r.model, className="rec-model"),
             html.Span(r.target, className="muted"),
             html.Span(r.kind.replace("_", " "),
-                      className="badge " + ("badge-info" if r.changes else "badge-muted")),
+                      className="badge " + ("badge-info" if view.changes else "badge-muted")),
             html.Span(gain, className="rec-gain"),
-            html.Span(r.status.replace("_", " "), className="muted"),
+            html.Span(view.stored.status.replace("_", " "), className="muted"),
         ], href=recs_href(r.target, r.model),
             className="rec-item rec-selected" if chosen else "rec-item"))
     return [html.Nav(items, className="rec-items")]
 
 
-def recommendation_detail(rec: RecommendationView | None) -> list[Any]:
-    if rec is None:
+def recommendation_detail(view: RecommendationView | None) -> list[Any]:
+    if view is None:
         return []
-    numbers = _current_vs_predicted(rec)
+    stored, rec = view.stored, view.stored.recommendation
     outcome = []
-    if rec.verification:
-        v = rec.verification
-        outcome = [html.P([html.Strong(rec.status.replace("_", " ") + ": "),
-                           str(v.get("verdict", ""))], className="verdict")]
+    if stored.verification:
+        outcome = [html.P([html.Strong(stored.status.replace("_", " ") + ": "),
+                           str(stored.verification.get("verdict", ""))], className="verdict")]
     return [
         html.H2([rec.model, html.Span(f" on {rec.target}", className="muted")]),
-        html.Div([html.Span(rec.kind.replace("_", " "), className="badge badge-info"),
-                  html.Span(f"confidence {rec.confidence:.0%}", className="muted"),
-                  html.Span(f"{rec.status.replace('_', ' ')} · {fmt_time(rec.created_at)}",
-                            className="muted"),
-                  dcc.Link("model page", href=model_href(rec.target, rec.model))],
-                 className="rec-meta"),
+        _rec_meta(stored, dcc.Link("model page", href=model_href(rec.target, rec.model))),
         html.P(rec.reason, className="reason"),
         *outcome,
-        numbers,
+        _current_vs_predicted(rec),
         html.Div([html.Span("config.pbtxt — current → proposed", className="muted"),
                   dcc.Clipboard(content=rec.config_pbtxt, id=ids.Recs.APPLY + "-copy",
                                 title="copy the proposed fragment", className="copy")],
                  className="pbtxt-head"),
-        pbtxt_diff(rec.current_pbtxt, rec.config_pbtxt),
+        pbtxt_diff(view.current_pbtxt, rec.config_pbtxt),
     ]
 
 
@@ -491,10 +513,10 @@ def what_if_summary(view: WhatIfView | None, delay_us: int | None) -> list[Any]:
     if view is None or view.error or not view.delays_us:
         return [html.P(view.error if view is not None and view.error else "", className="muted")]
     i = view.delays_us.index(delay_us) if delay_us in view.delays_us else 0
-    qps, p95 = view.qps[i], view.p95_ms[i]
+    qps, p95 = view.predicted[i].qps, view.predicted[i].p95_ms
     meets = (view.objective_p95_ms is None or p95 is None or p95 <= view.objective_p95_ms)
     verdict = "meets" if meets else "breaks"
-    gain = f" ({qps / view.current_qps:.2f}× today)" if view.current_qps else ""
+    gain = f" ({qps / view.current.qps:.2f}× today)" if view.current and view.current.qps else ""
     return [html.P([
         html.Strong(f"{view.delays_us[i]} µs: {qps:.0f} QPS{gain}, p95 {fmt_num(p95, 1, ' ms')}"),
         html.Span(f" — {verdict} the objective ({view.objective})",
@@ -526,13 +548,13 @@ def apply_job_status(job: Any) -> list[Any]:
 # --------------------------------------------------------------------------- events
 
 
-def events_list(events: Sequence[FindingView]) -> list[Any]:
+def events_list(events: Sequence[StoredFinding]) -> list[Any]:
     """Findings (and later other events), each with its evidence and model link."""
     if not events:
         return [html.P("nothing matches these filters", className="muted empty-events")]
     rows = []
     for e in events:
-        state = "open" if e.active else f"resolved {fmt_time(e.resolved_at)}"
+        state = "open" if is_open(e) else f"resolved {fmt_time(e.resolved_at)}"
         rows.append(html.Li([
             html.Div([
                 html.Span(e.severity, className=severity_class(e.severity)),

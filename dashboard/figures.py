@@ -87,7 +87,7 @@ def qps_figure(series: ModelSeries, theme: str) -> go.Figure:
     if series.empty:
         return empty_figure(_NO_SAMPLES, theme, title=title)
     fig = _base(title, theme, y_title="requests/s")
-    _line(fig, series, series.qps, "QPS", palette(theme).series[0],
+    _line(fig, series, series.requests_per_s, "QPS", palette(theme).series[0],
           hover="%{y:.1f} req/s<extra></extra>")
     return fig
 
@@ -133,11 +133,11 @@ def latency_figure(series: ModelSeries, theme: str) -> go.Figure:
 
 def pending_figure(series: ModelSeries, theme: str) -> go.Figure:
     title = "Pending requests"
-    if series.empty or not any(v is not None for v in series.pending):
+    if series.empty or not any(v is not None for v in series.pending_request_count):
         return empty_figure("Triton reports no pending-request gauge for this model", theme,
                             title=title)
     fig = _base(title, theme, y_title="requests waiting")
-    _line(fig, series, series.pending, "pending", palette(theme).series[3],
+    _line(fig, series, series.pending_request_count, "pending", palette(theme).series[3],
           hover="%{y:.1f} waiting<extra></extra>")
     return fig
 
@@ -229,9 +229,10 @@ def what_if_figure(view: WhatIfView | None, theme: str, *,
                 "rangemode": "tozero", "showgrid": False},
         legend={"orientation": "h", "y": -0.3})
     colours = [p.series[0] if d != chosen_delay_us else p.series[2] for d in view.delays_us]
-    fig.add_trace(go.Bar(x=labels, y=view.qps, name="predicted QPS", marker={"color": colours},
-                         hovertemplate="%{y:.0f} QPS<extra></extra>"))
-    fig.add_trace(go.Scatter(x=labels, y=view.p95_ms, name="predicted p95", yaxis="y2",
+    fig.add_trace(go.Bar(x=labels, y=[p.qps for p in view.predicted], name="predicted QPS",
+                         marker={"color": colours}, hovertemplate="%{y:.0f} QPS<extra></extra>"))
+    fig.add_trace(go.Scatter(x=labels, y=[p.p95_ms for p in view.predicted],
+                             name="predicted p95", yaxis="y2",
                              mode="lines+markers", line={"color": p.queue, "width": 3},
                              hovertemplate="p95 %{y:.1f} ms<extra></extra>"))
     if view.objective_p95_ms is not None:
@@ -240,8 +241,8 @@ def what_if_figure(view: WhatIfView | None, theme: str, *,
                                  name=f"objective ({plain(view.objective)})", mode="lines",
                                  line={"color": p.failure, "dash": "dash", "width": 2},
                                  hoverinfo="skip"))
-    if view.current_qps is not None:
-        fig.add_trace(go.Scatter(x=[labels[0], labels[-1]], y=[view.current_qps] * 2,
+    if view.current is not None:
+        fig.add_trace(go.Scatter(x=[labels[0], labels[-1]], y=[view.current.qps] * 2,
                                  name="QPS now", mode="lines", hoverinfo="skip",
                                  line={"color": p.muted, "dash": "dot", "width": 2}))
     return fig

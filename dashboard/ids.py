@@ -1,100 +1,113 @@
-"""Component ids: plain string constants grouped by page, so a typo is an
-``AttributeError`` at import rather than a callback that never fires. Ids are
-namespaced by page (``overview-…``, ``model-…``)."""
+"""Component ids, grouped by page, so a typo is an ``AttributeError`` at import rather
+than a callback that never fires. Each id is named after its attribute in its page's
+namespace: ``Overview.MODELS`` is ``"overview-models"``, ``Recs.APPLY_BOX`` is
+``"recs-apply-box"``."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import ClassVar
 
 __all__ = ["Devices", "Findings", "Model", "Overview", "Recs", "Shell"]
 
 
-class Shell:
+class _Id:
+    """An id spelled from the attribute that holds it and its class's ``PREFIX``."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._suffix = name.lower().replace("_", "-")
+
+    def __get__(self, instance: object, owner: type[_Namespace]) -> str:
+        return f"{owner.PREFIX}-{self._suffix}"
+
+
+class _Namespace:
+    PREFIX: ClassVar[str]
+
+
+class _Page(_Namespace):
+    """What every live page has."""
+
+    INTERVAL = _Id()  # dcc.Interval: the live refresh
+    DATA = _Id()  # dcc.Store filled by the page's one tick callback
+    BANNER = _Id()  # alert lines (store unreachable, target down)
+
+
+class Shell(_Namespace):
     """The app shell around every page."""
 
-    ROOT: Final = "shell-root"
-    THEME: Final = "shell-theme"  # radio: "dark" / "light"
-    THEME_STORE: Final = "shell-theme-store"  # the chosen theme, kept in the browser
-    NAV: Final = "shell-nav"
-    ROLE: Final = "shell-role"
-    VISIBLE: Final = "shell-visible"  # dcc.Store: the tab is visible (live refresh runs)
+    PREFIX = "shell"
+    ROOT = _Id()
+    THEME = _Id()  # radio: "dark" / "light"
+    NAV = _Id()
+    ROLE = _Id()
+    VISIBLE = _Id()  # dcc.Store: the tab is visible (live refresh runs)
 
 
-class Overview:
-    INTERVAL: Final = "overview-interval"
-    DATA: Final = "overview-data"  # dcc.Store filled by the one tick callback
-    BANNER: Final = "overview-banner"
-    SUMMARY: Final = "overview-summary"
-    TILES: Final = "overview-tiles"
-    MODELS: Final = "overview-models"
-    FILTER: Final = "overview-filter"
-    SORT: Final = "overview-sort"
-    EMPTY: Final = "overview-empty"
+class Overview(_Page):
+    PREFIX = "overview"
+    SUMMARY = _Id()
+    TILES = _Id()
+    MODELS = _Id()
+    FILTER = _Id()
+    SORT = _Id()
+    EMPTY = _Id()
 
 
-class Model:
-    INTERVAL: Final = "model-interval"
-    DATA: Final = "model-data"  # dcc.Store filled by the one tick callback
-    QUERY: Final = "model-query"  # dcc.Store: the page's target, model and range
-    BANNER: Final = "model-banner"
-    HEADER: Final = "model-header"
-    RANGES: Final = "model-ranges"
-    QPS: Final = "model-qps"
-    BATCH: Final = "model-batch"
-    LATENCY: Final = "model-latency"
-    PENDING: Final = "model-pending"
-    FAILURES: Final = "model-failures"
-    DISTRIBUTION: Final = "model-distribution"
-    SERVICE_TIME: Final = "model-service-time"
-    CONFIG: Final = "model-config"
-    FINDINGS: Final = "model-findings"
-    RECOMMENDATION: Final = "model-recommendation"
-    PBTXT: Final = "model-pbtxt"
-    COPY: Final = "model-copy"
+class Model(_Page):
+    PREFIX = "model"
+    QUERY = _Id()  # dcc.Store: the page's target, model and range
+    HEADER = _Id()
+    RANGES = _Id()
+    QPS = _Id()
+    BATCH = _Id()
+    LATENCY = _Id()
+    PENDING = _Id()
+    FAILURES = _Id()
+    DISTRIBUTION = _Id()
+    SERVICE_TIME = _Id()
+    CONFIG = _Id()
+    FINDINGS = _Id()
+    RECOMMENDATION = _Id()
+    PBTXT = _Id()
+    COPY = _Id()
 
 
-class Recs:
-    INTERVAL: Final = "recs-interval"
-    DATA: Final = "recs-data"  # dcc.Store: the latest recommendation per model
-    QUERY: Final = "recs-query"  # dcc.Store: the chosen target and model
-    BANNER: Final = "recs-banner"
-    LIST: Final = "recs-list"
-    DETAIL: Final = "recs-detail"
-    WHAT_IF: Final = "recs-what-if"
-    DELAY: Final = "recs-delay"  # slider over WHAT_IF_DELAYS_US (index)
-    PREFERRED: Final = "recs-preferred"
-    INSTANCES: Final = "recs-instances"
-    WHAT_IF_GRAPH: Final = "recs-what-if-graph"
-    WHAT_IF_SUMMARY: Final = "recs-what-if-summary"
-    APPLY_PANEL: Final = "recs-apply-panel"
-    APPLY_BOX: Final = "recs-apply-box"  # holds the button; hidden unless it may be used
-    APPLY_CONFIRM: Final = "recs-apply-confirm"
-    APPLY: Final = "recs-apply"
-    JOB: Final = "recs-job"  # dcc.Store: the running apply job's id
-    SEEDED: Final = "recs-seeded"  # dcc.Store: the sliders were set from the recommendation
-    JOB_POLL: Final = "recs-job-poll"
-    JOB_STATUS: Final = "recs-job-status"
+class Recs(_Page):
+    PREFIX = "recs"
+    QUERY = _Id()  # dcc.Store: the chosen target and model
+    LIST = _Id()
+    DETAIL = _Id()
+    WHAT_IF = _Id()
+    DELAY = _Id()  # slider over WHAT_IF_DELAYS_US (index)
+    PREFERRED = _Id()
+    INSTANCES = _Id()
+    WHAT_IF_GRAPH = _Id()
+    WHAT_IF_SUMMARY = _Id()
+    APPLY_PANEL = _Id()
+    APPLY_BOX = _Id()  # holds the button; hidden unless it may be used
+    APPLY_CONFIRM = _Id()
+    APPLY = _Id()
+    JOB = _Id()  # dcc.Store: the running apply job's id
+    SEEDED = _Id()  # dcc.Store: the sliders were set from the recommendation
+    JOB_POLL = _Id()
+    JOB_STATUS = _Id()
 
 
-class Findings:
-    INTERVAL: Final = "findings-interval"
-    DATA: Final = "findings-data"
-    BANNER: Final = "findings-banner"
-    TARGET: Final = "findings-target"
-    MODEL: Final = "findings-model"
-    KIND: Final = "findings-kind"
-    SEVERITY: Final = "findings-severity"
-    STATE: Final = "findings-state"
-    LIST: Final = "findings-list"
+class Findings(_Page):
+    PREFIX = "findings"
+    TARGET = _Id()
+    MODEL = _Id()
+    KIND = _Id()
+    SEVERITY = _Id()
+    STATE = _Id()
+    LIST = _Id()
 
 
-class Devices:
-    INTERVAL: Final = "devices-interval"
-    DATA: Final = "devices-data"
-    QUERY: Final = "devices-query"
-    BANNER: Final = "devices-banner"
-    RANGES: Final = "devices-ranges"
-    HEATMAP: Final = "devices-heatmap"
-    PROCESSES: Final = "devices-processes"
-    MEMORY: Final = "devices-memory"
-    POWER: Final = "devices-power"
+class Devices(_Page):
+    PREFIX = "devices"
+    QUERY = _Id()  # dcc.Store: the chosen range
+    RANGES = _Id()
+    HEATMAP = _Id()
+    PROCESSES = _Id()
+    MEMORY = _Id()
+    POWER = _Id()

@@ -17,8 +17,8 @@ from dashboard.context import refresh_ms
 from dashboard.ids import Devices, Shell
 from dashboard.queries import RANGES, DashboardQueries, DevicesView, from_json, parse_range, to_json
 
-dash.register_page(__name__, path="/devices", name="Devices", title="batchscope · devices",
-                   order=4)
+dash.register_page(  # type: ignore[no-untyped-call]
+    __name__, path="/devices", name="Devices", title="batchscope · devices", order=4)
 
 __all__ = ["layout", "register_callbacks"]
 

@@ -16,8 +16,8 @@ from dashboard.context import refresh_ms
 from dashboard.ids import Findings
 from dashboard.queries import DashboardQueries, EventsView, from_json, to_json
 
-dash.register_page(__name__, path="/findings", name="Findings",
-                   title="batchscope · findings", order=3)
+dash.register_page(  # type: ignore[no-untyped-call]
+    __name__, path="/findings", name="Findings", title="batchscope · findings", order=3)
 
 __all__ = ["layout", "register_callbacks"]
 

@@ -18,12 +18,15 @@ from dashboard.context import refresh_ms
 from dashboard.ids import Model, Shell
 from dashboard.queries import DashboardQueries, ModelDetail, from_json, parse_range, to_json
 
-dash.register_page(__name__, path="/model", name="Model", title="batchscope · model", order=1)
+dash.register_page(  # type: ignore[no-untyped-call]
+    __name__, path="/model", name="Model", title="batchscope · model", order=1)
 
 __all__ = ["layout", "register_callbacks"]
 
 _GRAPHS = (Model.QPS, Model.BATCH, Model.LATENCY, Model.PENDING, Model.FAILURES,
            Model.DISTRIBUTION, Model.SERVICE_TIME)
+# Drawn from the page's data by ``panels``, in this order.
+_PANELS = (Model.BANNER, Model.HEADER, Model.RECOMMENDATION, Model.FINDINGS, Model.CONFIG)
 
 
 def _graph(graph_id: str) -> Any:
@@ -60,6 +63,7 @@ def _detail(data: Any) -> ModelDetail | None:
 
 def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
     del actions  # read-only page
+
     @app.callback(Output(Model.DATA, "data"), Input(Model.INTERVAL, "n_intervals"),
                   State(Model.QUERY, "data"))
     def tick(_n: int, query: Any) -> Any:
@@ -76,8 +80,8 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
             message = "no model chosen" if detail is None else "the store could not be read"
             return tuple(figures.empty_figure(message, theme) for _ in _GRAPHS)
         s = detail.series
-        config = detail.config
-        preferred = config.preferred_batch_sizes if config else []
+        config = detail.config.config if detail.config else None
+        preferred = config.preferred_batch_sizes if config else ()
         return (
             figures.qps_figure(s, theme),
             figures.batch_size_figure(s, theme, preferred=preferred,
@@ -89,15 +93,8 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
             figures.service_time_figure(detail.service_time, theme),
         )
 
-    @app.callback(
-        Output(Model.BANNER, "children"),
-        Output(Model.HEADER, "children"),
-        Output(Model.RECOMMENDATION, "children"),
-        Output(Model.FINDINGS, "children"),
-        Output(Model.CONFIG, "children"),
-        Input(Model.DATA, "data"),
-        State(Model.QUERY, "data"),
-    )
+    @app.callback(*[Output(p, "children") for p in _PANELS], Input(Model.DATA, "data"),
+                  State(Model.QUERY, "data"))
     def panels(data: Any, query: Any) -> tuple[Any, ...]:
         query = query or {}
         detail = _detail(data)

@@ -17,13 +17,15 @@ from dashboard.context import refresh_ms
 from dashboard.ids import Overview
 from dashboard.queries import DashboardQueries, OverviewData, from_json, to_json
 
-dash.register_page(__name__, path="/", name="Overview", title="batchscope · overview",
-                   order=0)
+dash.register_page(  # type: ignore[no-untyped-call]
+    __name__, path="/", name="Overview", title="batchscope · overview", order=0)
 
 __all__ = ["layout", "register_callbacks"]
 
 #: The window each row's rates are taken over.
 WINDOW_S = 60.0
+# Drawn from the page's data by ``render``, in this order.
+_PANELS = (Overview.BANNER, Overview.EMPTY, Overview.SUMMARY, Overview.TILES)
 
 
 def layout(**_query: Any) -> Any:
@@ -48,32 +50,23 @@ def layout(**_query: Any) -> Any:
 
 def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
     del actions  # read-only page
+
     @app.callback(Output(Overview.DATA, "data"), Input(Overview.INTERVAL, "n_intervals"))
     def tick(_n: int) -> Any:
         return to_json(queries.overview(window_s=WINDOW_S))
 
-    @app.callback(
-        Output(Overview.BANNER, "children"),
-        Output(Overview.EMPTY, "children"),
-        Output(Overview.SUMMARY, "children"),
-        Output(Overview.TILES, "children"),
-        Input(Overview.DATA, "data"),
-    )
+    @app.callback(*[Output(p, "children") for p in _PANELS], Input(Overview.DATA, "data"))
     def render(data: Any) -> tuple[Any, ...]:
         if data is None:
-            return [], [], [], []
+            return tuple([] for _ in _PANELS)
         overview = from_json(OverviewData, data)
         return (components.banner(components.overview_messages(overview)),
                 components.empty_state(overview),
                 components.overview_summary(overview) if not overview.empty else [],
                 components.tiles(overview))
 
-    @app.callback(
-        Output(Overview.MODELS, "children"),
-        Input(Overview.DATA, "data"),
-        Input(Overview.FILTER, "value"),
-        Input(Overview.SORT, "value"),
-    )
+    @app.callback(Output(Overview.MODELS, "children"), Input(Overview.DATA, "data"),
+                  Input(Overview.FILTER, "value"), Input(Overview.SORT, "value"))
     def table(data: Any, text: str | None, sort: str | None) -> Any:
         if data is None:
             return []

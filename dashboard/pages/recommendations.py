@@ -27,8 +27,9 @@ from dashboard.queries import (
     to_json,
 )
 
-dash.register_page(__name__, path="/recommendations", name="Recommendations",
-                   title="batchscope · recommendations", order=2)
+dash.register_page(  # type: ignore[no-untyped-call]
+    __name__, path="/recommendations", name="Recommendations",
+    title="batchscope · recommendations", order=2)
 
 __all__ = ["layout", "register_callbacks"]
 
@@ -93,7 +94,7 @@ def layout(**query: Any) -> Any:
 def _selected(recs: list[RecommendationView], query: Any) -> RecommendationView | None:
     query = query or {}
     for r in recs:
-        if (r.target, r.model) == (query.get("target"), query.get("model")):
+        if (r.stored.target, r.stored.model) == (query.get("target"), query.get("model")):
             return r
     return recs[0] if recs else None
 
@@ -105,6 +106,15 @@ def _recs(data: Any) -> list[RecommendationView]:
 def register_callbacks(app: Dash, queries: DashboardQueries,
                        actions: ConfigActions | None = None) -> None:
     """The page's callbacks; ``actions`` (None: read-only) carries out Apply."""
+    _register_list(app, queries)
+    _register_what_if(app, queries)
+    _register_apply(app, actions)
+
+
+def _register_list(app: Dash, queries: DashboardQueries) -> None:
+    """The tick that reads every model's latest recommendation; the list and the
+    chosen one's detail drawn from it."""
+
     @app.callback(Output(Recs.DATA, "data"), Input(Recs.INTERVAL, "n_intervals"))
     def tick(_n: int) -> Any:
         recs, error = queries.recommendations()
@@ -121,8 +131,12 @@ def register_callbacks(app: Dash, queries: DashboardQueries,
         error = data.get("error")
         return (components.banner([error] if error else []),
                 components.recommendation_list(
-                    recs, (chosen.target, chosen.model) if chosen else None),
+                    recs, (chosen.stored.target, chosen.stored.model) if chosen else None),
                 components.recommendation_detail(chosen))
+
+
+def _register_what_if(app: Dash, queries: DashboardQueries) -> None:
+    """The sliders, started at the proposed config, and the curve they ask for."""
 
     @app.callback(Output(Recs.DELAY, "value"), Output(Recs.PREFERRED, "value"),
                   Output(Recs.INSTANCES, "value"), Output(Recs.SEEDED, "data"),
@@ -134,9 +148,10 @@ def register_callbacks(app: Dash, queries: DashboardQueries,
         chosen = _selected(_recs(data), query)
         if seeded or chosen is None:
             return no_update, no_update, no_update, no_update
-        delay = (WHAT_IF_DELAYS_US.index(chosen.proposed_delay_us)
-                 if chosen.proposed_delay_us in WHAT_IF_DELAYS_US else 0)
-        return delay, chosen.proposed_preferred, chosen.proposed_instances, True
+        proposed = chosen.stored.recommendation.proposed_config
+        delay = (WHAT_IF_DELAYS_US.index(proposed.max_queue_delay_us)
+                 if proposed.max_queue_delay_us in WHAT_IF_DELAYS_US else 0)
+        return delay, list(proposed.preferred_batch_sizes), proposed.instance_count, True
 
     @app.callback(Output(Recs.WHAT_IF_GRAPH, "figure"), Output(Recs.WHAT_IF_SUMMARY, "children"),
                   Input(Recs.DELAY, "value"), Input(Recs.PREFERRED, "value"),
@@ -149,12 +164,17 @@ def register_callbacks(app: Dash, queries: DashboardQueries,
             view = None
         else:
             sizes = [int(p) for p in (preferred or []) if isinstance(p, int | float)]
-            view = queries.what_if(chosen.target, chosen.model, preferred=sizes,
+            view = queries.what_if(chosen.stored.target, chosen.stored.model, preferred=sizes,
                                    instances=int(instances or 1))
         delay = WHAT_IF_DELAYS_US[min(max(int(delay_index or 0), 0),
                                       len(WHAT_IF_DELAYS_US) - 1)]
         return (figures.what_if_figure(view, theme, chosen_delay_us=delay),
                 components.what_if_summary(view, delay))
+
+
+def _register_apply(app: Dash, actions: ConfigActions | None) -> None:
+    """Apply: shown to an admin when the target takes live changes, started behind a
+    confirmation, its progress polled until it is done."""
 
     @app.callback(Output(Recs.APPLY_PANEL, "children"), Output(Recs.APPLY_BOX, "className"),
                   Output(Recs.APPLY_CONFIRM, "message"),
@@ -171,18 +191,22 @@ def register_callbacks(app: Dash, queries: DashboardQueries,
             return say("Nothing to apply: the current config is already the best found.")
         if not auth.is_admin():
             return say("Only an admin can apply a change.")
-        if actions is None or not actions.knows(chosen.target):
+        target, model = chosen.stored.target, chosen.stored.model
+        if actions is None or not actions.knows(target):
             return say("This dashboard does not know where this server is; run "
                        "`batchscope serve` with its URL to apply from here.")
-        if not actions.live_changes_allowed(chosen.target):
-            return say("This server does not allow live config changes (start it with "
-                       "--model-control-mode=explicit); copy the fragment instead.")
+        # Unreachable and "no live changes" (start it with --model-control-mode=explicit)
+        # read differently; either way the fragment can still be copied.
+        refusal = actions.live_change_refusal(target)
+        if refusal is not None:
+            return say(f"Cannot apply from here: {refusal.rstrip('.')}. Copy the fragment "
+                       "instead.")
         return ([html.H3("Apply"),
                  html.P("Loads the proposed config through Triton's model-repository API, "
                         "measures before and after, and rolls back when throughput falls "
                         "or p95 breaks the objective.", className="muted")],
                 "apply-box",
-                f"Apply the recommended config to {chosen.model} on {chosen.target} now? "
+                f"Apply the recommended config to {model} on {target} now? "
                 f"It is verified and rolled back on a regression.")
 
     @app.callback(Output(Recs.JOB, "data"), Output(Recs.JOB_POLL, "disabled"),
@@ -199,7 +223,8 @@ def register_callbacks(app: Dash, queries: DashboardQueries,
         if actions is None:
             return None, True, [html.P("This dashboard cannot apply changes.", className="bad")]
         try:
-            job = actions.start_apply(chosen.target, chosen.model, chosen.id)
+            job = actions.start_apply(chosen.stored.target, chosen.stored.model,
+                                      chosen.stored.id)
         except ActionRefused as exc:
             return None, True, [html.P(str(exc), className="bad")]
         return job.id, False, components.apply_job_status(job)

@@ -19,7 +19,7 @@ import pytest
 from selenium.common.exceptions import NoAlertPresentException
 
 from collector.store import Store
-from tests.browser.seed import Load, model_config, scrape_ok, steady_load, store_recommendation
+from collector.synthetic import Load, model_config, scrape_ok, steady_load, store_recommendation
 
 CHROME_ARGUMENTS = (
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -95,16 +95,28 @@ def loads(*names: str) -> list[Load]:
 
 
 @pytest.fixture
-def seeded_store(tmp_path: Path) -> Callable[..., str]:
-    """``seed(*extra_models)`` fills a SQLite store with the last five minutes of two
-    models (and any extra, unbatched ones) on target ``testbed``, a finding, and a
-    recommendation; returns its URL."""
+def store_at() -> Iterator[Callable[[str], Store]]:
+    """``store_at(url)``: a ``Store`` over ``url``, closed after the test (the app is
+    handed its store, as ``batchscope serve`` hands it the one it opened)."""
     opened: list[Store] = []
 
-    def seed(*extra: str) -> str:
-        url = f"sqlite:///{tmp_path}/browser.db"
-        store = Store(url)
-        opened.append(store)
+    def open_store(url: str) -> Store:
+        opened.append(Store(url))
+        return opened[-1]
+
+    yield open_store
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def seeded_store(tmp_path: Path, store_at: Callable[[str], Store]) -> Callable[..., Store]:
+    """``seed(*extra_models)`` fills a SQLite store with the last five minutes of two
+    models (and any extra, unbatched ones) on target ``testbed``, a finding, and a
+    recommendation; returns the store."""
+
+    def seed(*extra: str) -> Store:
+        store = store_at(f"sqlite:///{tmp_path}/browser.db")
         now = time.time()
         steady_load(store, loads(*extra), target="testbed", start=now - 300, seconds=300,
                     step=2.0)
@@ -117,11 +129,9 @@ def seeded_store(tmp_path: Path) -> Callable[..., str]:
                           created_at=now - 30)
         store_recommendation(store, target="testbed", config=UNBATCHED, qps=180.0,
                              p95_ms=95.0, created_at=now - 20)
-        return url
+        return store
 
-    yield seed
-    for store in opened:
-        store.close()
+    return seed
 
 
 @pytest.fixture

@@ -10,11 +10,10 @@ from dash.testing.wait import until
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
-from collector.store import Store
+from collector.synthetic import scrape_ok, steady_load
 from dashboard import ids
 from dashboard.app import create_app
 from tests.browser.conftest import loads, no_alert, severe_logs
-from tests.browser.seed import scrape_ok, steady_load
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 # Slow refresh: the tests read the page the first tick drew.
@@ -96,10 +95,10 @@ def test_the_model_page_draws_its_graphs(dash_duo, seeded_store, screenshot) -> 
     assert severe_logs(dash_duo) == []
 
 
-def test_an_unreachable_store_shows_a_banner_not_a_stack_trace(dash_duo, tmp_path,
+def test_an_unreachable_store_shows_a_banner_not_a_stack_trace(dash_duo, tmp_path, store_at,
                                                                screenshot) -> None:
-    url = f"sqlite:///{tmp_path}/no-such-dir/x.db"
-    dash_duo.start_server(create_app(url, refresh_s=REFRESH_S))
+    store = store_at(f"sqlite:///{tmp_path}/no-such-dir/x.db")  # opened on the first read
+    dash_duo.start_server(create_app(store, refresh_s=REFRESH_S))
     dash_duo.wait_for_contains_text(f"#{ids.Overview.BANNER}", "store cannot be opened",
                                     timeout=20)
     body = dash_duo.find_element("body").text
@@ -107,8 +106,10 @@ def test_an_unreachable_store_shows_a_banner_not_a_stack_trace(dash_duo, tmp_pat
     screenshot("store-unreachable")
 
 
-def test_an_empty_store_says_how_to_add_a_target(dash_duo, tmp_path, screenshot) -> None:
-    dash_duo.start_server(create_app(f"sqlite:///{tmp_path}/empty.db", refresh_s=REFRESH_S))
+def test_an_empty_store_says_how_to_add_a_target(dash_duo, tmp_path, store_at,
+                                                 screenshot) -> None:
+    dash_duo.start_server(create_app(store_at(f"sqlite:///{tmp_path}/empty.db"),
+                                     refresh_s=REFRESH_S))
     dash_duo.wait_for_contains_text(f"#{ids.Overview.EMPTY}", "no targets yet", timeout=20)
     assert "batchscope collect --triton URL" in dash_duo.find_element(
         f"#{ids.Overview.EMPTY}").text
@@ -158,8 +159,8 @@ def _model_links(dash_duo) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_live_refresh_pauses_while_the_tab_is_hidden(dash_duo, seeded_store,
                                                      screenshot) -> None:
-    url = seeded_store()
-    dash_duo.start_server(create_app(url, refresh_s=0.5))
+    store = seeded_store()
+    dash_duo.start_server(create_app(store, refresh_s=0.5))
     dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", "unbatched", timeout=20)
     assert _model_links(dash_duo) == ["batched", "unbatched"]
 
@@ -167,13 +168,9 @@ def test_live_refresh_pauses_while_the_tab_is_hidden(dash_duo, seeded_store,
     dash_duo.driver.execute_script(
         "Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});"
         "document.dispatchEvent(new Event('visibilitychange'));")
-    store = Store(url)
-    try:
-        now = time.time()
-        steady_load(store, loads("late")[2:], target="testbed", start=now - 20, seconds=20,
-                    step=2.0)
-    finally:
-        store.close()
+    now = time.time()
+    steady_load(store, loads("late")[2:], target="testbed", start=now - 20, seconds=20,
+                step=2.0)
     # Six refresh periods pass: a running refresh would have drawn the new model.
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
@@ -191,16 +188,12 @@ def test_live_refresh_pauses_while_the_tab_is_hidden(dash_duo, seeded_store,
 
 def test_a_down_target_shows_a_banner_with_its_error(dash_duo, seeded_store,
                                                      screenshot) -> None:
-    url = seeded_store()
-    store = Store(url)
-    try:
-        now = time.time()
-        for i in range(3):
-            scrape_ok(store, "testbed", now + i, ok=False,
-                      error="connection refused (127.0.0.1:8000)")
-    finally:
-        store.close()
-    dash_duo.start_server(create_app(url, refresh_s=REFRESH_S))
+    store = seeded_store()
+    now = time.time()
+    for i in range(3):
+        scrape_ok(store, "testbed", now + i, ok=False,
+                  error="connection refused (127.0.0.1:8000)")
+    dash_duo.start_server(create_app(store, refresh_s=REFRESH_S))
     dash_duo.wait_for_contains_text(f"#{ids.Overview.BANNER}", "target testbed is down",
                                     timeout=20)
     banner = dash_duo.find_element(f"#{ids.Overview.BANNER}").text

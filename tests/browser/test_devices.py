@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,8 @@ SCENARIO = {
 
 
 @pytest.fixture
-def nvml_store(fake_libs: dict[str, Path], tmp_path: Path) -> str:
+def nvml_store(fake_libs: dict[str, Path], tmp_path: Path,
+               store_at: Callable[[str], Store]) -> Store:
     """A SQLite store filled by three seconds of ``batchscope collect --sources nvml``
     against the fake NVML."""
     scenario = tmp_path / "scenario.txt"
@@ -65,12 +67,9 @@ def nvml_store(fake_libs: dict[str, Path], tmp_path: Path) -> str:
          "--interval", "0.5", "--duration", "3", "--db", url],
         capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
-    store = Store(url)
-    try:
-        assert {d.sample.kind for d in store.device_samples()} == {"gpu", "mig"}
-    finally:
-        store.close()
-    return url
+    store = store_at(url)
+    assert {d.sample.kind for d in store.device_samples()} == {"gpu", "mig"}
+    return store
 
 
 def _figure(dash_duo, graph_id: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]

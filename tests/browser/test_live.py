@@ -21,13 +21,14 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from collector.analysis.detect import detector_settings, run_detectors
 from collector.analysis.recommend import recommender_job
-from collector.config import Settings, TargetSettings, UiSettings, target_from_url
+from collector.config import ApplySettings, Settings, TargetSettings, UiSettings, target_from_url
 from collector.scheduler import CollectorService, build_sources
 from collector.store import Store
 from collector.testbed.load import run_load
 from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer
 from dashboard import ids
+from dashboard.actions import ConfigActions
 from dashboard.app import create_app
 from tests.browser.conftest import no_alert, severe_logs
 
@@ -49,7 +50,7 @@ REFRESH_S = 60.0
 class Live:
     server: TritonServer
     target: TargetSettings
-    store_url: str
+    store: Store
 
 
 @pytest.fixture(scope="module")
@@ -83,16 +84,21 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         quick = detector_settings({"window_s": 10.0, "sustain": 1, "clear_after": 1})
         run_detectors(store, quick, now=ended)
         recommender_job(window_s=10.0)(store, ended)
+        yield Live(server=server, target=target, store=store)
         store.close()
-        yield Live(server=server, target=target, store_url=url)
     finally:
         server.close()
 
 
-def _app(live: Live) -> object:
-    ui = UiSettings(admin_password=ADMIN_PASSWORD, viewer_password=VIEWER_PASSWORD,
-                    apply_verify_s=1.0)
-    return create_app(live.store_url, refresh_s=REFRESH_S, ui=ui, targets=(live.target,))
+@pytest.fixture
+def app(live: Live) -> Iterator[object]:
+    """The UI over the collection, with Apply as ``batchscope serve`` builds it (one-second
+    before/after windows)."""
+    actions = ConfigActions(live.store, [live.target],
+                            apply=ApplySettings(before_s=1.0, after_s=1.0))
+    ui = UiSettings(admin_password=ADMIN_PASSWORD, viewer_password=VIEWER_PASSWORD)
+    yield create_app(live.store, actions=actions, refresh_s=REFRESH_S, ui=ui)
+    actions.close()
 
 
 def _sign_in(dash_duo, password: str, path: str = "/") -> None:  # type: ignore[no-untyped-def]
@@ -111,8 +117,8 @@ def _live_config(live: Live, model: str) -> dict:
         return json.loads(response.read())
 
 
-def test_login_is_enforced(dash_duo, live: Live, screenshot) -> None:  # type: ignore[no-untyped-def]
-    dash_duo.start_server(_app(live), navigate=False)
+def test_login_is_enforced(dash_duo, live: Live, app, screenshot) -> None:  # type: ignore[no-untyped-def]
+    dash_duo.start_server(app, navigate=False)
     driver = dash_duo.driver
     driver.get(dash_duo.server.url + "/recommendations")
     WebDriverWait(driver, 20).until(expected_conditions.url_contains("/login"))
@@ -137,8 +143,8 @@ def test_login_is_enforced(dash_duo, live: Live, screenshot) -> None:  # type: i
 
 
 def test_overview_lists_both_models_from_the_real_collection(dash_duo, live: Live,  # type: ignore[no-untyped-def]
-                                                             screenshot) -> None:
-    dash_duo.start_server(_app(live), navigate=False)
+                                                             app, screenshot) -> None:
+    dash_duo.start_server(app, navigate=False)
     _sign_in(dash_duo, VIEWER_PASSWORD)
     dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", "unbatched", timeout=30)
     rows = {r.find_element(By.CSS_SELECTOR, "a.model-link").text: r.text
@@ -167,8 +173,8 @@ def test_overview_lists_both_models_from_the_real_collection(dash_duo, live: Liv
 
 
 def test_what_if_slider_changes_the_predicted_curve(dash_duo, live: Live,  # type: ignore[no-untyped-def]
-                                                    screenshot) -> None:
-    dash_duo.start_server(_app(live), navigate=False)
+                                                    app, screenshot) -> None:
+    dash_duo.start_server(app, navigate=False)
     _sign_in(dash_duo, VIEWER_PASSWORD, "/recommendations?target="
              f"{live.target.name}&model=batched")
     graph = f"#{ids.Recs.WHAT_IF_GRAPH}"
@@ -196,9 +202,9 @@ def test_what_if_slider_changes_the_predicted_curve(dash_duo, live: Live,  # typ
 
 
 def test_admin_apply_changes_the_live_config_and_a_viewer_cannot(dash_duo, live: Live,  # type: ignore[no-untyped-def]
-                                                                 screenshot) -> None:
+                                                                 app, screenshot) -> None:
     assert "dynamic_batching" not in _live_config(live, "unbatched")
-    dash_duo.start_server(_app(live), navigate=False)
+    dash_duo.start_server(app, navigate=False)
     page = f"/recommendations?target={live.target.name}&model=unbatched"
 
     # A viewer sees the recommendation but no Apply button.
@@ -225,10 +231,10 @@ def test_admin_apply_changes_the_live_config_and_a_viewer_cannot(dash_duo, live:
 
 
 def test_a_model_named_like_html_is_shown_as_text(dash_duo, live: Live,  # type: ignore[no-untyped-def]
-                                                  screenshot) -> None:
+                                                  app, screenshot) -> None:
     """Triton reports the name in its metrics and statistics; every place the UI shows
     it, it is text: no image element, no script run."""
-    dash_duo.start_server(_app(live), navigate=False)
+    dash_duo.start_server(app, navigate=False)
     _sign_in(dash_duo, VIEWER_PASSWORD)
     dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", HOSTILE, timeout=30)
     driver = dash_duo.driver

@@ -3,12 +3,14 @@ real app (no browser)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from collector.config import UiSettings, load_settings
 from collector.errors import ConfigError
+from collector.store import Store
 from dashboard.app import create_app
 from dashboard.auth import ADMIN, VIEWER, open_role
 
@@ -17,9 +19,14 @@ VIEWER_PW = "a-long-viewer-password"
 
 
 @pytest.fixture
-def client(tmp_path: Path):  # type: ignore[no-untyped-def]
-    app = create_app(f"sqlite:///{tmp_path}/a.db",
-                     ui=UiSettings(admin_password=ADMIN_PW, viewer_password=VIEWER_PW))
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store(f"sqlite:///{tmp_path}/a.db") as s:
+        yield s
+
+
+@pytest.fixture
+def client(store: Store):  # type: ignore[no-untyped-def]
+    app = create_app(store, ui=UiSettings(admin_password=ADMIN_PW, viewer_password=VIEWER_PW))
     return app.server.test_client()
 
 
@@ -71,13 +78,13 @@ def test_a_bearer_token_serves_scripts(client) -> None:  # type: ignore[no-untyp
         == 401
 
 
-def test_without_a_password_the_bind_address_decides(tmp_path: Path) -> None:
+def test_without_a_password_the_bind_address_decides(store: Store) -> None:
     assert open_role("127.0.0.1") == ADMIN
     assert open_role("::1") == ADMIN
     assert open_role("localhost") == ADMIN
     assert open_role("0.0.0.0") == VIEWER
     assert open_role("10.1.2.3") == VIEWER
-    app = create_app(f"sqlite:///{tmp_path}/o.db", host="0.0.0.0")
+    app = create_app(store, host="0.0.0.0")
     client = app.server.test_client()
     assert client.get("/").status_code == 200
     assert '"viewer"' in client.get("/_dash-layout").get_data(as_text=True)

@@ -8,21 +8,28 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from collector.cli import build_parser
-from collector.errors import ConfigError
-from collector.records import DeviceSample, TritonSnapshot
-from collector.store import Store
+from collector.records import (
+    BatcherConfig,
+    DeviceSample,
+    Prediction,
+    Recommendation,
+    TritonSnapshot,
+)
+from collector.store import Store, TargetState
+from collector.synthetic import Load, model_config, scrape_ok, steady_load, store_recommendation
 from dashboard.queries import (
     RANGES,
     DashboardQueries,
     ModelDetail,
     OverviewData,
     from_json,
+    is_open,
     parse_range,
     to_json,
 )
-from tests.browser.seed import Load, model_config, scrape_ok, steady_load, store_recommendation
 
 T0 = 1_000_000.0
 BATCHED = model_config("batched", batching=True, preferred=(8, 16), delay_us=2000)
@@ -55,47 +62,50 @@ def store(db_url: str) -> Store:
 
 
 @pytest.fixture
-def seeded(store: Store, db_url: str) -> str:
+def seeded(store: Store) -> Store:
     """Two models on target t, one scrape every 5 s for 10 minutes, t up."""
     steady_load(store, [batched_load(), unbatched_load()], target="t", start=T0, seconds=600,
                 step=5)
     scrape_ok(store, "t", T0 + 600)
-    return db_url
+    return store
 
 
-def queries(url: str) -> DashboardQueries:
-    return DashboardQueries(url, clock=lambda: T0 + 600)
+def queries(store: Store) -> DashboardQueries:
+    return DashboardQueries(store, clock=lambda: T0 + 600)
 
 
 # --------------------------------------------------------------------------- overview
 
 
-def test_overview_lists_every_model_with_its_rates_and_config(seeded: str) -> None:
+def test_overview_lists_every_model_with_its_rates_and_config(seeded: Store) -> None:
     data = queries(seeded).overview(window_s=60)
     assert data.error is None and not data.empty
-    rows = {r.model: r for r in data.models}
+    rows = {r.status.model: r.status for r in data.models}
     assert sorted(rows) == ["batched", "unbatched"]
     b, u = rows["batched"], rows["unbatched"]
-    assert b.qps == pytest.approx(100.0, rel=1e-6)
-    assert b.avg_batch_size == pytest.approx(6.0, rel=1e-6)
-    assert b.preferred_batch_sizes == [8, 16] and b.dynamic_batching is True
-    assert b.queue_share == pytest.approx(0.25, rel=1e-6)
-    assert b.pending == 3.0 and b.up is True
-    assert u.qps == pytest.approx(50.0, rel=1e-6)
-    assert u.avg_batch_size == pytest.approx(1.0)
-    assert u.dynamic_batching is False and u.preferred_batch_sizes == []
-    assert u.fail_per_s == pytest.approx(0.5, rel=1e-6)
+    assert b.rates is not None and u.rates is not None
+    assert b.config is not None and u.config is not None
+    assert b.rates.requests_per_s == pytest.approx(100.0, rel=1e-6)
+    assert b.rates.avg_batch_size == pytest.approx(6.0, rel=1e-6)
+    assert b.config.preferred_batch_sizes == (8, 16) and b.config.dynamic_batching is True
+    assert b.rates.queue_share == pytest.approx(0.25, rel=1e-6)
+    assert b.pending_request_count == 3.0 and b.up is True
+    assert u.rates.requests_per_s == pytest.approx(50.0, rel=1e-6)
+    assert u.rates.avg_batch_size == pytest.approx(1.0)
+    assert u.config.dynamic_batching is False and u.config.preferred_batch_sizes == ()
+    assert u.rates.fail_per_s == pytest.approx(0.5, rel=1e-6)
     # Busy share from batch_stats: 50 executions/s × 4.5 ms = 0.225 of one instance.
-    assert u.busy_share == pytest.approx(0.225, rel=0.02)
-    assert [t.name for t in data.targets] == ["t"] and data.targets[0].up is True
+    assert u.rates.busy_share == pytest.approx(0.225, rel=0.02)
+    assert [t.state.name for t in data.targets] == ["t"] and data.targets[0].state.up is True
     assert data.targets[0].models == 2
     # No GPU readings: no idle-GPU total, but idle model instances are totalled.
     assert data.idle_gpus is None and data.devices == []
     assert data.instances_total == 2
-    assert data.instances_idle == pytest.approx(2 - b.busy_share - u.busy_share)
+    assert b.rates.busy_share is not None
+    assert data.instances_idle == pytest.approx(2 - b.rates.busy_share - u.rates.busy_share)
 
 
-def test_overview_attaches_active_findings_to_their_rows(seeded: str, store: Store) -> None:
+def test_overview_attaches_active_findings_to_their_rows(seeded: Store, store: Store) -> None:
     common = dict(target="t", window_start=T0, window_end=T0 + 600, created_at=T0 + 600)
     store.add_finding(kind="batching_off", severity="warning", subject="unbatched",
                       summary="requests wait but run one at a time", **common)
@@ -103,12 +113,12 @@ def test_overview_attaches_active_findings_to_their_rows(seeded: str, store: Sto
                                  subject="unbatched", summary="old", **common)
     store.resolve_finding(resolved, T0 + 600)
     data = queries(seeded).overview()
-    rows = {r.model: r for r in data.models}
+    rows = {r.status.model: r for r in data.models}
     assert [f.kind for f in rows["unbatched"].findings] == ["batching_off"]
     assert rows["batched"].findings == []
 
 
-def test_device_tiles_total_idle_gpus_counting_mig_slices(store: Store, db_url: str) -> None:
+def test_device_tiles_total_idle_gpus_counting_mig_slices(store: Store) -> None:
     at = T0 + 10
     store.write_devices("host", at, [
         DeviceSample(source="nvml", uuid="GPU-a", index=0, name="A100", sm_active_pct=20.0),
@@ -125,10 +135,10 @@ def test_device_tiles_total_idle_gpus_counting_mig_slices(store: Store, db_url: 
         gpus=(DeviceSample(source="triton", uuid="GPU-a", utilization_gpu_pct=99.0),)))
     store.add_finding(kind="idle_capacity", severity="info", target="host", subject="GPU-a",
                       summary="idle", window_start=T0, window_end=at, created_at=at)
-    data = DashboardQueries(db_url, clock=lambda: at).overview()
-    tiles = {d.uuid: d for d in data.devices}
+    data = DashboardQueries(store, clock=lambda: at).overview()
+    tiles = {d.sample.uuid: d for d in data.devices}
     assert sorted(tiles) == ["GPU-a", "GPU-b", "GPU-m", "MIG-1", "MIG-2"]
-    assert tiles["GPU-a"].source == "nvml" and tiles["GPU-a"].utilisation_pct == 20.0
+    assert tiles["GPU-a"].sample.source == "nvml" and tiles["GPU-a"].utilisation_pct == 20.0
     assert tiles["GPU-a"].metric == "sm_active_pct"
     assert tiles["GPU-b"].metric == "utilization_gpu_pct"
     assert tiles["GPU-m"].weight == 0.0  # its capacity is its MIG instances'
@@ -138,24 +148,24 @@ def test_device_tiles_total_idle_gpus_counting_mig_slices(store: Store, db_url: 
     assert [f.subject for f in data.device_findings] == ["GPU-a"]
 
 
-def test_empty_store_is_empty_not_an_error(db_url: str) -> None:
-    data = DashboardQueries(db_url).overview()
+def test_empty_store_is_empty_not_an_error(store: Store) -> None:
+    data = DashboardQueries(store).overview()
     assert data.error is None and data.empty
     assert data.models == [] and data.targets == [] and data.last_sample_at is None
 
 
-def test_a_down_target_is_reported_with_its_error(seeded: str, store: Store) -> None:
+def test_a_down_target_is_reported_with_its_error(seeded: Store, store: Store) -> None:
     scrape_ok(store, "t", T0 + 601, ok=False, error="connection refused")
     data = queries(seeded).overview()
     (down,) = data.down_targets
     assert down.name == "t" and down.last_error == "connection refused"
     assert down.consecutive_failures == 1
-    assert all(r.up is False for r in data.models)
+    assert all(r.status.up is False for r in data.models)
 
 
 def test_an_unreachable_store_gives_an_error_line_not_an_exception(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/missing-dir/x.db"
-    q = DashboardQueries(url)
+    store = Store(f"sqlite:///{tmp_path}/missing-dir/x.db")  # opened on the first read
+    q = DashboardQueries(store)
     data = q.overview()
     assert data.error is not None and data.error.startswith("the store cannot be opened")
     assert "Traceback" not in data.error and "\n" not in data.error
@@ -163,38 +173,41 @@ def test_an_unreachable_store_gives_an_error_line_not_an_exception(tmp_path: Pat
     assert detail.error is not None and not detail.known
 
 
-def test_the_store_is_reopened_after_a_failure(db_url: str) -> None:
-    calls = []
+def test_the_next_read_recovers_after_a_failure(store: Store,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    failures = [OperationalError("SELECT", {}, Exception("connection refused"))]
+    targets = store.targets
 
-    def flaky(url: str) -> Store:
-        calls.append(url)
-        if len(calls) == 1:
-            raise ConfigError("db_url", "down")
-        return Store(url)
+    def flaky() -> list[TargetState]:
+        if failures:
+            raise failures.pop()
+        return targets()
 
-    q = DashboardQueries(db_url, store_factory=flaky)
-    assert q.overview().error is not None
+    monkeypatch.setattr(store, "targets", flaky)
+    q = DashboardQueries(store)
+    failed = q.overview().error
+    assert failed is not None and failed.startswith("the store is unreachable")
+    assert "connection refused" in failed and not failures
     assert q.overview().error is None
-    q.close()
-    assert len(calls) == 2
 
 
 # --------------------------------------------------------------------------- model page
 
 
-def test_model_detail_reads_series_distribution_fit_config(seeded: str) -> None:
+def test_model_detail_reads_series_distribution_fit_config(seeded: Store) -> None:
     detail = queries(seeded).model_detail("t", "batched", range_name="15m")
     assert detail.error is None and detail.known and detail.up is True
     assert detail.range_name == "15m" and detail.until - detail.since == 900
     s = detail.series
     assert s.source == "raw" and 0 < len(s.t) <= 240
     assert s.bucket_s == 5.0  # never shorter than the scrape interval: no empty buckets
-    assert len(s.t) == len(s.qps) == len(s.avg_batch_size) == len(s.queue_ms) == len(s.pending)
-    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.qps)
+    assert (len(s.t) == len(s.requests_per_s) == len(s.avg_batch_size) == len(s.queue_ms)
+            == len(s.pending_request_count))
+    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.requests_per_s)
     assert all(v == pytest.approx(6.0, rel=1e-6) for v in s.avg_batch_size)
     assert all(v == pytest.approx(20.0 * 0.25, rel=1e-6) for v in s.queue_ms)
     assert all(v == pytest.approx(20.0 * 0.75, rel=1e-6) for v in s.compute_ms)
-    assert set(s.pending) == {3.0} and set(s.fail_per_s) == {0.0}
+    assert set(s.pending_request_count) == {3.0} and set(s.fail_per_s) == {0.0}
     assert s.t == sorted(s.t) and s.t[0] > T0 and s.t[-1] == T0 + 600
 
     d = detail.distribution
@@ -208,12 +221,13 @@ def test_model_detail_reads_series_distribution_fit_config(seeded: str) -> None:
     assert fit.per_sample_ms == pytest.approx(0.5, rel=0.05)
     assert fit.max_batch_size == 32
 
-    c = detail.config
-    assert c is not None and c.preferred_batch_sizes == [8, 16] and c.max_queue_delay_us == 2000
+    assert detail.config is not None
+    c = detail.config.config
+    assert c.preferred_batch_sizes == (8, 16) and c.max_queue_delay_us == 2000
     assert json.loads(c.raw_json)["dynamic_batching"]["preferred_batch_size"] == [8, 16]
 
 
-def test_each_part_of_the_model_page_can_be_read_on_its_own(seeded: str) -> None:
+def test_each_part_of_the_model_page_can_be_read_on_its_own(seeded: Store) -> None:
     q = queries(seeded)
     whole = q.model_detail("t", "batched", range_name="15m")
     since, until = whole.since, whole.until
@@ -224,32 +238,32 @@ def test_each_part_of_the_model_page_can_be_read_on_its_own(seeded: str) -> None
     assert q.latest_recommendation("t", "batched") == whole.recommendation
 
 
-def test_series_points_are_bounded(seeded: str) -> None:
+def test_series_points_are_bounded(seeded: Store) -> None:
     detail = queries(seeded).model_detail("t", "batched", range_name="15m", max_points=30)
     assert 0 < len(detail.series.t) <= 31
-    assert all(v == pytest.approx(100.0, rel=1e-6) for v in detail.series.qps)
+    assert all(v == pytest.approx(100.0, rel=1e-6) for v in detail.series.requests_per_s)
 
 
-def test_a_gap_in_scrapes_breaks_the_series(store: Store, db_url: str) -> None:
+def test_a_gap_in_scrapes_breaks_the_series(store: Store) -> None:
     steady_load(store, [batched_load()], target="t", start=T0, seconds=600, step=5,
                 skip=(T0 + 200, T0 + 400))
-    s = queries(db_url).model_detail("t", "batched", range_name="15m", max_points=60).series
-    gaps = [i for i, v in enumerate(s.qps) if v is None]
+    s = queries(store).model_detail("t", "batched", range_name="15m", max_points=60).series
+    gaps = [i for i, v in enumerate(s.requests_per_s) if v is None]
     assert len(gaps) == 1
     # The pair across the gap still reports the true average rate, not a spike.
-    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.qps if v is not None)
+    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.requests_per_s if v is not None)
 
 
-def test_a_counter_reset_gives_no_negative_rate(store: Store, db_url: str) -> None:
+def test_a_counter_reset_gives_no_negative_rate(store: Store) -> None:
     steady_load(store, [batched_load()], target="t", start=T0, seconds=300, step=5)
     steady_load(store, [batched_load()], target="t", start=T0 + 301, seconds=295,  # restart
                 step=5)
-    s = queries(db_url).model_detail("t", "batched", range_name="15m").series
-    assert all(v is not None and v >= 0 for v in s.qps)
-    assert max(s.qps) < 150.0
+    s = queries(store).model_detail("t", "batched", range_name="15m").series
+    assert all(v is not None and v >= 0 for v in s.requests_per_s)
+    assert max(v for v in s.requests_per_s if v is not None) < 150.0
 
 
-def test_findings_of_the_model_only_open_first(seeded: str, store: Store) -> None:
+def test_findings_of_the_model_only_open_first(seeded: Store, store: Store) -> None:
     common = dict(target="t", window_start=T0, window_end=T0 + 600)
     old = store.add_finding(kind="queue_saturation", severity="critical", subject="unbatched",
                             summary="was saturated", created_at=T0 + 100, **common)
@@ -263,57 +277,66 @@ def test_findings_of_the_model_only_open_first(seeded: str, store: Store) -> Non
                                summary="before the range", created_at=T0 - 5000, **common)
     store.resolve_finding(before, T0 - 4000)
     found = queries(seeded).model_detail("t", "unbatched").findings
-    assert [(f.kind, f.active) for f in found] == [("batching_off", True),
-                                                   ("queue_saturation", False)]
+    assert [(f.kind, is_open(f)) for f in found] == [("batching_off", True),
+                                                     ("queue_saturation", False)]
     assert found[0].evidence == {"concurrency": 2.0}
 
 
-def test_latest_recommendation_with_its_pbtxt(seeded: str, store: Store) -> None:
+def test_latest_recommendation_with_its_pbtxt(seeded: Store, store: Store) -> None:
     store_recommendation(store, target="t", config=UNBATCHED, qps=50, p95_ms=80,
                          created_at=T0 + 100)
     store_recommendation(store, target="t", config=UNBATCHED, qps=55, p95_ms=70,
                          created_at=T0 + 500)
-    rec = queries(seeded).model_detail("t", "unbatched").recommendation
-    assert rec is not None and rec.kind == "probe" and rec.status == "probe"
-    assert rec.current_qps == 55 and rec.predicted_qps == pytest.approx(55 * 2.5)
-    assert rec.changes == [["dynamic_batching", "False", "True"]]
+    view = queries(seeded).model_detail("t", "unbatched").recommendation
+    assert view is not None
+    rec = view.stored.recommendation
+    # The kind and the outcome are apart: a fresh recommendation is open.
+    assert rec.kind == "probe" and view.stored.status == "open"
+    assert rec.current.qps == 55 and rec.predicted.qps == pytest.approx(55 * 2.5)
+    assert view.changes == [["dynamic_batching", "False", "True"]]
     assert "dynamic_batching {" in rec.config_pbtxt
     assert queries(seeded).model_detail("t", "batched").recommendation is None
 
 
-def test_a_recommendation_row_that_is_not_a_full_document_still_shows(
-        seeded: str, store: Store) -> None:
-    store.add_recommendation(target="t", model="batched", change={"reason": "hand-written"},
-                             predicted={"qps": 120.0, "p95_ms": 12.0}, confidence=0.5,
-                             config_fragment="max_batch_size: 32\n", created_at=T0)
-    rec = queries(seeded).latest_recommendation("t", "batched")
-    assert rec is not None and rec.reason == "hand-written" and rec.predicted_qps == 120.0
-    assert rec.config_pbtxt == "max_batch_size: 32\n" and rec.changes == []
+def test_a_recommendation_without_changes_or_configs_still_shows(
+        seeded: Store, store: Store) -> None:
+    """What a hand-written row of an older store reads as after its upgrade: the reason,
+    the prediction and the fragment, no changes and unknown configs."""
+    unknown = BatcherConfig(max_batch_size=0)
+    store.add_recommendation(Recommendation(
+        target="t", model="batched", created_at=T0, kind="tune", changes=(),
+        current_config=unknown, proposed_config=unknown, current=Prediction(0.0, None),
+        predicted=Prediction(qps=120.0, p95_ms=12.0), confidence=0.5, reason="hand-written",
+        config_pbtxt="max_batch_size: 32\n"))
+    view = queries(seeded).latest_recommendation("t", "batched")
+    assert view is not None
+    rec = view.stored.recommendation
+    assert rec.reason == "hand-written" and rec.predicted.qps == 120.0
+    assert rec.config_pbtxt == "max_batch_size: 32\n" and view.changes == []
 
 
-def test_long_ranges_read_rollups_and_the_raw_tail(store: Store, db_url: str) -> None:
+def test_long_ranges_read_rollups_and_the_raw_tail(store: Store) -> None:
     steady_load(store, [batched_load()], target="t", start=T0, seconds=2400, step=10)
     store.rollup(T0 + 2100, bucket_s=300)  # the last 400 s are not rolled up yet
-    q = DashboardQueries(db_url, clock=lambda: T0 + 2400)
+    q = DashboardQueries(store, clock=lambda: T0 + 2400)
     detail = q.model_detail("t", "batched", range_name="6h")
     s = detail.series
     assert s.source == "rollup" and s.bucket_s >= 300 and 0 < len(s.t) <= 240
-    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.qps if v is not None)
+    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.requests_per_s if v is not None)
     assert s.t[-1] > T0 + 2100  # the tail after the last rollup is there
     assert detail.distribution.sizes == [4, 8]
     assert sum(detail.distribution.executions) == pytest.approx(100 / 6 * 2400, rel=0.02)
 
 
-def test_long_ranges_without_rollups_read_a_bounded_raw_part(store: Store,
-                                                             db_url: str) -> None:
+def test_long_ranges_without_rollups_read_a_bounded_raw_part(store: Store) -> None:
     steady_load(store, [batched_load()], target="t", start=T0, seconds=1200, step=10)
-    s = DashboardQueries(db_url, clock=lambda: T0 + 1200).model_detail(
+    s = DashboardQueries(store, clock=lambda: T0 + 1200).model_detail(
         "t", "batched", range_name="24h").series
     assert s.source == "raw" and s.truncated_to_s == 6 * 3600
-    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.qps if v is not None)
+    assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.requests_per_s if v is not None)
 
 
-def test_an_unknown_model_is_not_known(seeded: str) -> None:
+def test_an_unknown_model_is_not_known(seeded: Store) -> None:
     detail = queries(seeded).model_detail("t", "nope")
     assert detail.error is None and not detail.known
     assert detail.series.empty and detail.distribution.empty and detail.service_time is None
@@ -326,7 +349,7 @@ def test_ranges_parse_with_a_default() -> None:
     assert list(RANGES) == ["5m", "15m", "1h", "6h", "24h", "7d"]
 
 
-def test_answers_round_trip_through_json(seeded: str, store: Store) -> None:
+def test_answers_round_trip_through_json(seeded: Store, store: Store) -> None:
     store.add_finding(kind="batching_off", severity="warning", target="t", subject="unbatched",
                       summary="s", window_start=T0, window_end=T0 + 1, evidence={"x": 1.5},
                       created_at=T0 + 590)
@@ -350,7 +373,7 @@ def _callback(client, output: str, inputs: list[dict], state: list[dict] | None 
         "changedPropIds": [f"{i['id']}.{i['property']}" for i in inputs]})
 
 
-def test_the_app_serves_its_pages_and_the_tick_reads_the_store(seeded: str) -> None:
+def test_the_app_serves_its_pages_and_the_tick_reads_the_store(seeded: Store) -> None:
     from dashboard import ids
     from dashboard.app import create_app
 
@@ -367,7 +390,7 @@ def test_the_app_serves_its_pages_and_the_tick_reads_the_store(seeded: str) -> N
                      [{"id": ids.Overview.INTERVAL, "property": "n_intervals", "value": 0}])
     assert tick.status_code == 200
     data = tick.get_json()["response"][ids.Overview.DATA]["data"]
-    assert sorted(m["model"] for m in data["models"]) == ["batched", "unbatched"]
+    assert sorted(m["status"]["model"] for m in data["models"]) == ["batched", "unbatched"]
 
     detail = _callback(client, f"{ids.Model.DATA}.data",
                        [{"id": ids.Model.INTERVAL, "property": "n_intervals", "value": 0}],
@@ -377,7 +400,7 @@ def test_the_app_serves_its_pages_and_the_tick_reads_the_store(seeded: str) -> N
     assert detail.get_json()["response"][ids.Model.DATA]["data"]["range_name"] == "1h"
 
 
-def test_the_page_interval_follows_refresh_s(seeded: str) -> None:
+def test_the_page_interval_follows_refresh_s(seeded: Store) -> None:
     from dashboard.app import create_app
     from dashboard.pages import overview  # loaded by create_app
 
@@ -398,7 +421,7 @@ def test_the_dashboard_command_binds_to_localhost_by_default() -> None:
 # --------------------------------------------------------------------------- recommendations
 
 
-def test_recommendations_and_what_if_from_the_batcher_model(seeded: str, store: Store) -> None:
+def test_recommendations_and_what_if_from_the_batcher_model(seeded: Store, store: Store) -> None:
     from collector.analysis.recommend import recommender_job
 
     ids_ = recommender_job(window_s=60.0)(store, T0 + 600)
@@ -406,18 +429,21 @@ def test_recommendations_and_what_if_from_the_batcher_model(seeded: str, store: 
     q = DashboardQueries(seeded, clock=lambda: T0 + 600, slo_p95_ms={"batched": 40.0})
     recs, error = q.recommendations()
     assert error is None
-    assert {(r.target, r.model) for r in recs} == {("t", "batched"), ("t", "unbatched")}
-    unbatched = next(r for r in recs if r.model == "unbatched")
+    assert {(r.stored.target, r.stored.model) for r in recs} == {("t", "batched"),
+                                                                 ("t", "unbatched")}
+    unbatched = next(r for r in recs if r.stored.model == "unbatched")
     # Only batch size 1 was seen: a probe, shown as a diff of the pbtxt fragments.
-    assert unbatched.kind == "probe" and "dynamic_batching {" in unbatched.config_pbtxt
+    assert unbatched.stored.kind == "probe"
+    assert "dynamic_batching {" in unbatched.stored.recommendation.config_pbtxt
     assert "dynamic_batching" not in unbatched.current_pbtxt
 
     curve = q.what_if("t", "batched", preferred=[8, 16], instances=1)
     assert curve.error is None and curve.objective == "SLO p95 ≤ 40 ms"
-    assert len(curve.qps) == len(curve.delays_us) == len(curve.p95_ms) > 3
-    assert all(v > 0 for v in curve.qps)
+    assert len(curve.predicted) == len(curve.delays_us) > 3
+    assert all(p.qps > 0 for p in curve.predicted)
     two = q.what_if("t", "batched", preferred=[8, 16], instances=2)
-    assert two.instances == 2 and two.qps != curve.qps
+    assert two.instances == 2
+    assert [p.qps for p in two.predicted] != [p.qps for p in curve.predicted]
     # Without two batch sizes there is no curve yet, and it says so.
     assert "not enough traffic" in (q.what_if("t", "unbatched", preferred=[],
                                               instances=1).error or "")
@@ -428,18 +454,19 @@ def test_recommendations_and_what_if_from_the_batcher_model(seeded: str, store: 
 def test_recommendation_outcome_is_kept(store: Store) -> None:
     rid = store_recommendation(store, target="t", config=UNBATCHED, qps=50.0, p95_ms=90.0,
                                created_at=T0)
-    done = store.record_recommendation_outcome(rid, status="applied", applied_at=T0 + 5,
+    done = store.record_recommendation_outcome(rid, outcome="applied", at=T0 + 5,
                                                verification={"verdict": "kept"})
     assert done.status == "applied" and done.verification == {"verdict": "kept"}
+    assert done.applied_at == T0 + 5
     with pytest.raises(KeyError):
-        store.record_recommendation_outcome(rid + 99, status="applied", applied_at=T0,
+        store.record_recommendation_outcome(rid + 99, outcome="applied", at=T0,
                                             verification={})
 
 
 # --------------------------------------------------------------------------- events, devices
 
 
-def test_events_filter_by_target_model_kind_severity_and_state(store: Store, db_url: str) -> None:
+def test_events_filter_by_target_model_kind_severity_and_state(store: Store) -> None:
     common = dict(window_start=T0, window_end=T0 + 60, evidence={"x": 1})
     a = store.add_finding(kind="batching_off", severity="warning", target="t", subject="m1",
                           summary="a", created_at=T0 + 60, **common)
@@ -448,7 +475,7 @@ def test_events_filter_by_target_model_kind_severity_and_state(store: Store, db_
     store.add_finding(kind="queue_saturation", severity="info", target="t", subject="m2",
                       summary="c", created_at=T0 + 80, **common)
     store.resolve_finding(a, T0 + 100)
-    q = DashboardQueries(db_url, clock=lambda: T0 + 200)
+    q = DashboardQueries(store, clock=lambda: T0 + 200)
     active = q.events()
     assert [e.summary for e in active.events] == ["b", "c"]  # critical first
     assert active.kinds == ["batching_off", "idle_capacity", "queue_saturation"]
@@ -460,7 +487,7 @@ def test_events_filter_by_target_model_kind_severity_and_state(store: Store, db_
     assert [e.summary for e in q.events(state="all", subject="m1").events] == ["a"]
 
 
-def test_devices_heatmap_rows_per_gpu_and_stub_process(store: Store, db_url: str) -> None:
+def test_devices_heatmap_rows_per_gpu_and_stub_process(store: Store) -> None:
     from collector.records import ProcessSample
 
     for i in range(60):
@@ -477,8 +504,8 @@ def test_devices_heatmap_rows_per_gpu_and_stub_process(store: Store, db_url: str
                           instance_name="m_0_0", cpu_pct=35.0),
             ProcessSample(source="host", pid=40, role="server", cpu_pct=5.0),
         ])
-    view = DashboardQueries(db_url, clock=lambda: T0 + 300).devices(range_name="5m",
-                                                                     max_points=30)
+    view = DashboardQueries(store, clock=lambda: T0 + 300).devices(range_name="5m",
+                                                                    max_points=30)
     assert view.error is None and len(view.t) == 30
     assert [r.label.split("(")[-1] for r in view.devices] == ["aaa-0001)", "aaa-0002)"]
     second = view.devices[1].values
@@ -488,8 +515,7 @@ def test_devices_heatmap_rows_per_gpu_and_stub_process(store: Store, db_url: str
     assert len(view.memory_used_gb) == 1 and len(view.power_w) == 1
 
 
-def test_devices_over_a_long_range_read_rollups_and_the_raw_tail(store: Store,
-                                                                   db_url: str) -> None:
+def test_devices_over_a_long_range_read_rollups_and_the_raw_tail(store: Store) -> None:
     """Two days of one GPU every minute: the 7-day heatmap covers both days from the
     rollups (up to the last closed bucket) and the raw samples after them, processes
     only the last 6 h."""
@@ -506,7 +532,7 @@ def test_devices_over_a_long_range_read_rollups_and_the_raw_tail(store: Store,
             source="host", pid=7, role="stub", model="m", instance_name="m_0_0",
             cpu_pct=50.0)])
     end = start + (ticks - 1) * step
-    q = DashboardQueries(db_url, clock=lambda: end + 1)
+    q = DashboardQueries(store, clock=lambda: end + 1)
 
     # Without rollups only the last 6 h are read, and the view says so.
     raw_only = q.devices(range_name="7d", max_points=168)

@@ -1,0 +1,284 @@
+"""The answers the dashboard's reads give: small frozen dataclasses of plain values that
+compose the records they show (``collector.records``, ``collector.store`` rows,
+``collector.analysis.status``) instead of copying their fields, so a quantity has one
+name from the source to the page.
+
+Each answer survives a round trip through ``to_json`` / ``from_json``
+(``dashboard.queries.codec``), so a tick callback can put it in a ``dcc.Store`` and a
+figure callback can rebuild it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from collector.analysis.status import ModelStatus
+from collector.records import DeviceSample, Prediction
+from collector.store import StoredFinding, StoredModelConfig, StoredRecommendation, TargetState
+
+__all__ = [
+    "DEFAULT_RANGE",
+    "RANGES",
+    "RAW_FALLBACK_S",
+    "RAW_RANGE_S",
+    "WHAT_IF_DELAYS_US",
+    "BatchDistribution",
+    "DeviceTile",
+    "DevicesView",
+    "EventsView",
+    "HeatRow",
+    "ModelDetail",
+    "ModelRow",
+    "ModelSeries",
+    "OverviewData",
+    "RecommendationView",
+    "ServiceTimeView",
+    "TargetTile",
+    "WhatIfView",
+    "is_open",
+    "parse_range",
+]
+
+#: The time ranges a model page offers, by their query-string name.
+RANGES: Final = {"5m": 300.0, "15m": 900.0, "1h": 3600.0, "6h": 6 * 3600.0,
+                 "24h": 24 * 3600.0, "7d": 7 * 24 * 3600.0}
+DEFAULT_RANGE: Final = "15m"
+#: Ranges up to this long are read from raw samples; longer ones from rollups.
+RAW_RANGE_S: Final = 3600.0
+#: Without any rollup in a long range, at most this much of it is read raw.
+RAW_FALLBACK_S: Final = 6 * 3600.0
+#: The max queue delays a what-if curve runs over (µs).
+WHAT_IF_DELAYS_US: Final = (0, 100, 250, 500, 1000, 2000, 5000, 10000)
+
+def parse_range(name: str | None) -> tuple[str, float]:
+    """A range's name and seconds; an unknown or missing name gives the default."""
+    if name in RANGES:
+        return name, RANGES[name]
+    return DEFAULT_RANGE, RANGES[DEFAULT_RANGE]
+
+
+def is_open(finding: StoredFinding) -> bool:
+    """The finding still holds (it has not been resolved)."""
+    return finding.resolved_at is None
+
+
+# --------------------------------------------------------------------------- overview
+
+
+@dataclass(frozen=True)
+class TargetTile:
+    """A target's state and how many of its models the overview lists."""
+
+    state: TargetState
+    models: int
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One (target, model, version) over the overview's window: its status (rates,
+    config, up) and its open findings."""
+
+    status: ModelStatus
+    findings: list[StoredFinding] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DeviceTile:
+    """One GPU or MIG instance's latest reading. ``utilisation_pct`` is NVML's SM
+    activity when known, else the utilisation counter (``metric`` names the field).
+    ``weight`` is the share of a whole GPU the tile stands for (1 for a GPU, its
+    slice for a MIG instance, 0 for a GPU split into MIG instances, whose capacity
+    its instances carry); ``idle_gpus`` is ``weight × (1 − utilisation)``."""
+
+    target: str
+    sample: DeviceSample
+    utilisation_pct: float | None
+    metric: str | None
+    weight: float
+    idle_gpus: float | None
+
+
+@dataclass(frozen=True)
+class OverviewData:
+    generated_at: float
+    window_s: float
+    targets: list[TargetTile] = field(default_factory=list)
+    models: list[ModelRow] = field(default_factory=list)
+    devices: list[DeviceTile] = field(default_factory=list)
+    device_findings: list[StoredFinding] = field(default_factory=list)
+    idle_gpus: float | None = None  # Σ DeviceTile.idle_gpus, None without readings
+    instances_total: int = 0  # model instances with a known busy share
+    instances_idle: float | None = None  # Σ instances × (1 − busy share)
+    last_sample_at: float | None = None
+    error: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        """No target has ever been seen (as opposed to: none recently)."""
+        return not self.targets and not self.models
+
+    @property
+    def down_targets(self) -> list[TargetState]:
+        return [t.state for t in self.targets if t.state.up is False]
+
+
+# --------------------------------------------------------------------------- a model
+
+
+@dataclass(frozen=True)
+class ModelSeries:
+    """A model's rates over a range, column-wise; a ``None`` in every column marks a
+    gap (no samples), so lines break there. Each column is one ``ModelRates`` figure
+    per point (``requests_per_s``, ``avg_batch_size``, ``fail_per_s``), latencies in
+    ms per request (``queue_us_per_request``, ``compute_us_per_request``), and the
+    pending-request gauge."""
+
+    bucket_s: float
+    source: str  # "raw", "rollup" or "none"
+    t: list[float] = field(default_factory=list)
+    requests_per_s: list[float | None] = field(default_factory=list)
+    avg_batch_size: list[float | None] = field(default_factory=list)
+    queue_ms: list[float | None] = field(default_factory=list)
+    compute_ms: list[float | None] = field(default_factory=list)
+    pending_request_count: list[float | None] = field(default_factory=list)
+    fail_per_s: list[float | None] = field(default_factory=list)
+    truncated_to_s: float | None = None  # set when a long range was read only in part
+
+    @property
+    def empty(self) -> bool:
+        return not any(v is not None for v in self.requests_per_s)
+
+
+@dataclass(frozen=True)
+class BatchDistribution:
+    """Executions and mean execution time per executed batch size over a range."""
+
+    sizes: list[int] = field(default_factory=list)
+    executions: list[int] = field(default_factory=list)
+    mean_ms: list[float] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.sizes
+
+
+@dataclass(frozen=True)
+class ServiceTimeView:
+    """The fitted ``time(b) = intercept + per_sample × b`` and the points behind it;
+    ``per_sample_ms`` is ``None`` when only one batch size was seen."""
+
+    sizes: list[int]
+    mean_ms: list[float]
+    executions: list[int]
+    intercept_ms: float
+    per_sample_ms: float | None
+    max_batch_size: int | None
+
+
+@dataclass(frozen=True)
+class RecommendationView:
+    """A stored recommendation as the pages show it: its ``changes`` as ``[field,
+    before, after]`` text, and ``current_pbtxt``, the current config's batching fields
+    rendered like the proposed ``config_pbtxt``, for a diff."""
+
+    stored: StoredRecommendation
+    changes: list[list[str]] = field(default_factory=list)
+    current_pbtxt: str = ""
+
+
+@dataclass(frozen=True)
+class ModelDetail:
+    target: str
+    model: str
+    range_name: str
+    since: float
+    until: float
+    up: bool | None = None
+    series: ModelSeries = field(default_factory=lambda: ModelSeries(0.0, "none"))
+    distribution: BatchDistribution = field(default_factory=BatchDistribution)
+    service_time: ServiceTimeView | None = None
+    config: StoredModelConfig | None = None
+    findings: list[StoredFinding] = field(default_factory=list)
+    recommendation: RecommendationView | None = None
+    error: str | None = None
+
+    @property
+    def known(self) -> bool:
+        """The store has the model at all (a config or a sample)."""
+        return self.config is not None or not self.series.empty
+
+
+@dataclass(frozen=True)
+class WhatIfView:
+    """The batcher model's predictions for one model at its observed load: one per max
+    queue delay in ``delays_us`` for the chosen preferred sizes and instance count, and
+    ``current`` for today's config, against the objective (the SLO, or the current p95
+    plus a margin)."""
+
+    target: str
+    model: str
+    preferred: list[int]
+    instances: int
+    delays_us: list[int] = field(default_factory=list)
+    predicted: list[Prediction] = field(default_factory=list)
+    current: Prediction | None = None
+    objective_p95_ms: float | None = None
+    objective: str = ""
+    current_delay_us: int | None = None  # None: dynamic batching is off today
+    max_batch_size: int | None = None
+    max_instances: int = 4
+    error: str | None = None
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class EventsView:
+    """Events of every kind the store keeps, newest first, with the choices the
+    page's filters offer. Today every event is a finding; alert states and
+    notification deliveries join as further readers in
+    ``dashboard.queries.events.EVENT_READERS``, so the page does not change."""
+
+    events: list[StoredFinding] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
+    subjects: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    severities: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+# --------------------------------------------------------------------------- devices
+
+
+@dataclass(frozen=True)
+class HeatRow:
+    """One row of a utilisation heatmap: a GPU, MIG instance or model-instance
+    process, its utilisation (percent) per time bucket (``None``: no reading)."""
+
+    label: str
+    kind: str  # "gpu", "mig", "process"
+    values: list[float | None]
+
+
+@dataclass(frozen=True)
+class DevicesView:
+    range_name: str
+    since: float
+    until: float
+    t: list[float] = field(default_factory=list)  # bucket starts
+    devices: list[HeatRow] = field(default_factory=list)  # GPU / MIG utilisation
+    processes: list[HeatRow] = field(default_factory=list)  # per model-instance process
+    process_metric: str = "CPU % of one core"
+    memory_used_gb: list[HeatRow] = field(default_factory=list)
+    power_w: list[HeatRow] = field(default_factory=list)
+    #: Set when processes were read over only the last this-many seconds of the range.
+    process_window_s: float | None = None
+    #: Set when a long range without rollups was read raw over only its last part.
+    devices_truncated_to_s: float | None = None
+    error: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.devices and not self.processes
