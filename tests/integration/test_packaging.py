@@ -1,9 +1,9 @@
 """The package as a user installs it: a fresh virtual environment, ``pip install`` of
 the project WITHOUT extras (versions held to the lock file, which also keeps it quick),
-then every module of ``collector``, ``dashboard`` and ``alerts`` is imported and the
-CLI answers ``--help``. A third-party import missing from the core dependencies fails
-here, as numpy once did (``batchscope serve`` imported it through the batcher model
-while it was only in the ``testbed`` extra).
+then every module of ``collector``, ``dashboard`` and ``alerts`` is imported, the CLI
+answers ``--help`` and ``status`` opens a new database. A third-party import missing
+from the core dependencies fails here, as numpy once did (``batchscope serve``
+imported it through the batcher model while it was only in the ``testbed`` extra).
 
 Needs PyPI (or a mirror pip is configured for), as CI has; it takes a minute or two.
 """
@@ -95,3 +95,7 @@ def test_a_no_extras_install_imports_every_module_and_runs_the_cli(tmp_path: Pat
     assert "serve" in help_text and "apply" in help_text
     serve_help = run(bin_dir / "batchscope", "serve", "--help", cwd=tmp_path, timeout=60).stdout
     assert "--triton" in serve_help and "--port" in serve_help
+    # A command that opens a store: the schema's migrations ship with the package.
+    status = run(bin_dir / "batchscope", "status", "--db", f"sqlite:///{tmp_path}/s.db",
+                 cwd=tmp_path, timeout=120).stdout
+    assert "no model samples yet" in status
