@@ -21,11 +21,31 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, inspect
 
-__all__ = ["BASELINE_REVISION", "MIGRATIONS_DIR", "alembic_config", "upgrade_to_head"]
+__all__ = [
+    "BASELINE_REVISION",
+    "MIGRATIONS_DIR",
+    "alembic_config",
+    "baseline_statements",
+    "upgrade_to_head",
+]
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 #: The revision that creates the schema as it was before migrations.
 BASELINE_REVISION = "0001"
+#: The DDL ``create_all`` ran before migrations, with the id types left open.
+BASELINE_DDL = MIGRATIONS_DIR / "baseline.sql"
+# The integer types create_all gave ids and the references to them, per dialect.
+_ID_TYPES = {"sqlite": ("INTEGER", "INTEGER"), "postgresql": ("BIGSERIAL", "BIGINT")}
+
+
+def baseline_statements(dialect: str) -> list[str]:
+    """The statements that made the schema before migrations on ``dialect`` ("sqlite"
+    or "postgresql"), in the order ``create_all`` ran them."""
+    id_type, ref_type = _ID_TYPES[dialect]
+    lines = [line for line in BASELINE_DDL.read_text().splitlines()
+             if not line.startswith("--")]
+    ddl = "\n".join(lines).replace("{id}", id_type).replace("{ref}", ref_type)
+    return [statement.strip() for statement in ddl.split(";") if statement.strip()]
 
 
 def alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:

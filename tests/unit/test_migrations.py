@@ -1,7 +1,7 @@
 """Alembic migrations: a database made by the schema as it was before migrations
-(``tests/fixtures/store/schema_main_*.sql``) is upgraded in place when a store opens
-it, and its data reads back intact through the Store API; a migrated database and a
-new one both match the models exactly."""
+(the DDL ``create_all`` issued then, ``collector/store/migrations/baseline.sql``) is
+upgraded in place when a store opens it, and its data reads back intact through the
+Store API; a migrated database and a new one both match the models exactly."""
 
 from __future__ import annotations
 
@@ -29,10 +29,9 @@ from collector.records import (
     Recommendation,
 )
 from collector.store import Store
-from collector.store.migrate import BASELINE_REVISION, alembic_config
+from collector.store.migrate import BASELINE_REVISION, alembic_config, baseline_statements
 from collector.store.schema import Base
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "store"
 T0 = 1_700_000_040.0
 
 
@@ -49,16 +48,11 @@ def old_db(db_url: str) -> Iterator[str]:
     kind in the shapes of the time."""
     engine = create_engine(db_url, poolclass=NullPool)
     with engine.begin() as conn:
-        for statement in _statements(FIXTURES / f"schema_main_{engine.dialect.name}.sql"):
+        for statement in baseline_statements(engine.dialect.name):
             conn.exec_driver_sql(statement)
         _insert_old_rows(conn)
     engine.dispose()
     yield db_url
-
-
-def _statements(path: Path) -> list[str]:
-    lines = [line for line in path.read_text().splitlines() if not line.startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
 def _insert(conn: Connection, table: str, **values: Any) -> None:
@@ -263,11 +257,11 @@ def test_a_new_database_matches_the_models_and_reopens(tmp_path: Path) -> None:
 
 
 def test_the_first_revision_is_the_schema_before_migrations(tmp_path: Path) -> None:
-    """Revision 0001 makes exactly what the fixture DDL (create_all on main) made, so
-    stamping an old database with it is true."""
+    """Revision 0001, run through Alembic, makes exactly what the DDL of create_all
+    before migrations made, so stamping an old database with it is true."""
     fixture = create_engine(f"sqlite:///{tmp_path / 'fixture.db'}", poolclass=NullPool)
     with fixture.begin() as conn:
-        for statement in _statements(FIXTURES / "schema_main_sqlite.sql"):
+        for statement in baseline_statements("sqlite"):
             conn.exec_driver_sql(statement)
     made = MetaData()
     made.reflect(fixture)
