@@ -166,9 +166,9 @@ def measure_window(source: TritonSource, model: str, seconds: float,
                          p95_ms=summary[0.95] / 1000.0 if 0.95 in summary else None)
 
 
-def _model_url(url: str, model: str) -> str:
+def _model_path(model: str) -> str:
     # Model names are path segments: quoted, a name with "/" or "?" stays one name.
-    return f"{url}/v2/repository/models/{quote(model, safe='')}"
+    return f"/v2/repository/models/{quote(model, safe='')}"
 
 
 def _refusal(response: requests.Response) -> str:
@@ -178,13 +178,21 @@ def _refusal(response: requests.Response) -> str:
         return response.text
 
 
-def _post(http: requests.Session, url: str, *, timeout_s: float, changed: bool,
-          **kwargs: Any) -> requests.Response:
+def _unreachable(base_url: str, exc: requests.RequestException, *,
+                 changed: bool) -> TargetUnreachable:
+    log.debug("request to %s failed", base_url, exc_info=exc)
+    reason = ("timed out" if isinstance(exc, requests.Timeout) else "connection failed"
+              if isinstance(exc, requests.ConnectionError) else type(exc).__name__)
+    state = "the new config may be loaded" if changed else "nothing was changed"
+    return TargetUnreachable(f"could not reach Triton at {base_url} ({reason}); {state}")
+
+
+def _post(http: requests.Session, base_url: str, path: str, *, timeout_s: float,
+          changed: bool, **kwargs: Any) -> requests.Response:
     try:
-        return http.post(url, timeout=timeout_s, **kwargs)
+        return http.post(base_url + path, timeout=timeout_s, **kwargs)
     except requests.RequestException as exc:
-        state = ("the new config may be loaded" if changed else "nothing was changed")
-        raise TargetUnreachable(f"could not reach {url}: {exc}; {state}") from None
+        raise _unreachable(base_url, exc, changed=changed) from None
 
 
 def check_live_changes(http: requests.Session, url: str) -> None:
@@ -192,8 +200,8 @@ def check_live_changes(http: requests.Session, url: str) -> None:
     through the load API (explicit model control), ``TargetUnreachable`` when it cannot
     be asked. Probed with an unload of a model name that cannot exist: a server in
     another mode refuses any load or unload."""
-    probe = f"{url}/v2/repository/models/batchscope-probe-{time.monotonic_ns():x}/unload"
-    response = _post(http, probe, timeout_s=5.0, changed=False)
+    probe = f"/v2/repository/models/batchscope-probe-{time.monotonic_ns():x}/unload"
+    response = _post(http, url, probe, timeout_s=5.0, changed=False)
     if not response.ok and any(word in response.text.lower() for word in _NOT_EXPLICIT):
         raise LiveChangesRefused(f"{url} does not allow live config changes: start "
                                  f"tritonserver with --model-control-mode=explicit")
@@ -201,7 +209,7 @@ def check_live_changes(http: requests.Session, url: str) -> None:
 
 def _load(http: requests.Session, url: str, model: str, config_json: str, timeout_s: float,
           *, rollback: bool = False) -> None:
-    response = _post(http, f"{_model_url(url, model)}/load", timeout_s=timeout_s,
+    response = _post(http, url, f"{_model_path(model)}/load", timeout_s=timeout_s,
                      changed=rollback, json={"parameters": {"config": config_json}})
     if response.ok:
         return
@@ -222,7 +230,7 @@ def _current_config(http: requests.Session, url: str, model: str) -> str:
         response = http.get(f"{url}/v2/models/{quote(model, safe='')}/config",
                             timeout=_READ_TIMEOUT_S)
     except requests.RequestException as exc:
-        raise TargetUnreachable(f"could not reach {url}: {exc}; nothing was changed") from None
+        raise _unreachable(url, exc, changed=False) from None
     if not response.ok:
         raise ApplyRefused(f"cannot read the current config of {model!r} from {url} "
                            f"(HTTP {response.status_code}). Nothing was changed.")
