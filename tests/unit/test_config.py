@@ -109,3 +109,44 @@ def test_detector_thresholds_from_the_file_are_validated(tmp_path: Path) -> None
     with pytest.raises(ConfigError) as err:
         detector_settings({"sustain": 0})
     assert err.value.field == "analysis.sustain"
+
+
+def test_apply_settings_layer_key_by_key_and_the_ui_may_use_its_own_windows(
+        tmp_path: Path) -> None:
+    cfg = tmp_path / "apply.yaml"
+    cfg.write_text("apply: {before_s: 20, min_qps_ratio: 0.9}\nui: {apply_verify_s: 5}\n")
+    s = load_settings(config_file=cfg, env={"BATCHSCOPE_APPLY_AFTER_S": "10"})
+    assert (s.apply.before_s, s.apply.after_s, s.apply.min_qps_ratio) == (20.0, 10.0, 0.9)
+    assert s.apply.max_p95_ratio == 1.10 and s.apply.settle_s == 1.0  # today's defaults
+    assert (s.ui_apply.before_s, s.ui_apply.after_s, s.ui_apply.min_qps_ratio) == (5.0, 5.0, 0.9)
+    assert load_settings(env={}).ui_apply == load_settings(env={}).apply
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"overrides": {"apply": {"min_qps_ratio": 1.5}}}, "apply.min_qps_ratio"),
+    ({"overrides": {"apply": {"max_p95_ratio": 0.9}}}, "apply.max_p95_ratio"),
+    ({"env": {"BATCHSCOPE_APPLY_BEFORE_S": "0"}}, "apply.before_s"),
+    ({"overrides": {"interval_s": True}}, "interval_s"),
+    ({"env": {"BATCHSCOPE_SLO_P95_MS": "{not json"}}, "slo_p95_ms"),
+    ({"overrides": {"analysis": {"sustain": 0}}}, "analysis.sustain"),
+])
+def test_every_setting_is_validated_at_start(kwargs: dict, field: str) -> None:
+    kwargs.setdefault("env", {})
+    with pytest.raises(ConfigError) as err:
+        load_settings(**kwargs)
+    assert err.value.field == field
+
+
+def test_a_secret_is_never_echoed_in_an_error() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={}, overrides={"ui": {"admin_password": "hunter2",
+                                                "viewer_password": "hunter2"}})
+    assert err.value.field == "ui.viewer_password" and "hunter2" not in str(err.value)
+
+
+def test_settings_built_in_code_read_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector.config import Settings
+
+    monkeypatch.setenv("BATCHSCOPE_INTERVAL_S", "9")
+    assert Settings().interval_s == 5.0
+    assert load_settings().interval_s == 9.0
