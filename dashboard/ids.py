@@ -20,86 +20,63 @@ class _Id:
         return f"{owner.PREFIX}-{self._suffix}"
 
 
+def _ids(count: int) -> tuple[_Id, ...]:
+    """``count`` ids, for the names of one line (``A, B = _ids(2)``)."""
+    return tuple(_Id() for _ in range(count))
+
+
 class _Namespace:
     PREFIX: ClassVar[str]
 
 
 class _Page(_Namespace):
-    """What every live page has."""
+    """What every live page has: its refresh, the data its one tick callback reads, and
+    the banner for a store or target that is down."""
 
-    INTERVAL = _Id()  # dcc.Interval: the live refresh
-    DATA = _Id()  # dcc.Store filled by the page's one tick callback
-    BANNER = _Id()  # alert lines (store unreachable, target down)
+    INTERVAL, DATA, BANNER = _ids(3)
 
 
 class Shell(_Namespace):
     """The app shell around every page."""
 
     PREFIX = "shell"
-    ROOT = _Id()
+    ROOT, NAV, ROLE = _ids(3)
     THEME = _Id()  # radio: "dark" / "light"
-    NAV = _Id()
-    ROLE = _Id()
     VISIBLE = _Id()  # dcc.Store: the tab is visible (live refresh runs)
 
 
 class Overview(_Page):
     PREFIX = "overview"
-    SUMMARY = _Id()
-    TILES = _Id()
-    MODELS = _Id()
-    FILTER = _Id()
-    SORT = _Id()
-    EMPTY = _Id()
+    SUMMARY, TILES, EMPTY = _ids(3)
+    MODELS, FILTER, SORT = _ids(3)  # the models table and its controls
 
 
 class Model(_Page):
     PREFIX = "model"
     QUERY = _Id()  # dcc.Store: the page's target, model and range
-    HEADER = _Id()
-    RANGES = _Id()
-    QPS = _Id()
-    BATCH = _Id()
-    LATENCY = _Id()
-    PENDING = _Id()
-    FAILURES = _Id()
-    DISTRIBUTION = _Id()
-    SERVICE_TIME = _Id()
-    CONFIG = _Id()
-    FINDINGS = _Id()
-    RECOMMENDATION = _Id()
-    PBTXT = _Id()
-    COPY = _Id()
+    HEADER, RANGES = _ids(2)
+    QPS, BATCH, LATENCY, PENDING, FAILURES, DISTRIBUTION, SERVICE_TIME = _ids(7)  # graphs
+    RECOMMENDATION, FINDINGS, CONFIG = _ids(3)  # panels
+    PBTXT, COPY = _ids(2)  # the recommended fragment and its copy button
 
 
 class Recs(_Page):
     PREFIX = "recs"
     QUERY = _Id()  # dcc.Store: the chosen target and model
-    LIST = _Id()
-    DETAIL = _Id()
-    WHAT_IF = _Id()
+    LIST, DETAIL = _ids(2)
+    WHAT_IF, WHAT_IF_GRAPH, WHAT_IF_SUMMARY = _ids(3)
     DELAY = _Id()  # slider over WHAT_IF_DELAYS_US (index)
-    PREFERRED = _Id()
-    INSTANCES = _Id()
-    WHAT_IF_GRAPH = _Id()
-    WHAT_IF_SUMMARY = _Id()
-    APPLY_PANEL = _Id()
-    APPLY_BOX = _Id()  # holds the button; hidden unless it may be used
-    APPLY_CONFIRM = _Id()
-    APPLY = _Id()
-    JOB = _Id()  # dcc.Store: the running apply job's id
+    PREFERRED, INSTANCES = _ids(2)
     SEEDED = _Id()  # dcc.Store: the sliders were set from the recommendation
-    JOB_POLL = _Id()
-    JOB_STATUS = _Id()
+    APPLY_PANEL, APPLY_CONFIRM, APPLY = _ids(3)
+    APPLY_BOX = _Id()  # holds the button; hidden unless it may be used
+    JOB = _Id()  # dcc.Store: the running apply job's id
+    JOB_POLL, JOB_STATUS = _ids(2)
 
 
 class Findings(_Page):
     PREFIX = "findings"
-    TARGET = _Id()
-    MODEL = _Id()
-    KIND = _Id()
-    SEVERITY = _Id()
-    STATE = _Id()
+    TARGET, MODEL, KIND, SEVERITY, STATE = _ids(5)  # the filters
     LIST = _Id()
 
 
@@ -107,7 +84,4 @@ class Devices(_Page):
     PREFIX = "devices"
     QUERY = _Id()  # dcc.Store: the chosen range
     RANGES = _Id()
-    HEATMAP = _Id()
-    PROCESSES = _Id()
-    MEMORY = _Id()
-    POWER = _Id()
+    HEATMAP, PROCESSES, MEMORY, POWER = _ids(4)  # graphs

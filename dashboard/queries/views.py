@@ -5,7 +5,7 @@ name from the source to the page.
 
 Each answer survives a round trip through ``to_json`` / ``from_json``
 (``dashboard.queries.codec``), so a tick callback can put it in a ``dcc.Store`` and a
-figure callback can rebuild it.
+figure callback can rebuild it. The package re-exports every public name here.
 """
 
 from __future__ import annotations
@@ -16,29 +16,6 @@ from typing import Final
 from collector.analysis.status import ModelStatus
 from collector.records import DeviceSample, Prediction
 from collector.store import StoredFinding, StoredModelConfig, StoredRecommendation, TargetState
-
-__all__ = [
-    "DEFAULT_RANGE",
-    "RANGES",
-    "RAW_FALLBACK_S",
-    "RAW_RANGE_S",
-    "WHAT_IF_DELAYS_US",
-    "BatchDistribution",
-    "DeviceTile",
-    "DevicesView",
-    "EventsView",
-    "HeatRow",
-    "ModelDetail",
-    "ModelRow",
-    "ModelSeries",
-    "OverviewData",
-    "RecommendationView",
-    "ServiceTimeView",
-    "TargetTile",
-    "WhatIfView",
-    "is_open",
-    "parse_range",
-]
 
 #: The time ranges a model page offers, by their query-string name.
 RANGES: Final = {"5m": 300.0, "15m": 900.0, "1h": 3600.0, "6h": 6 * 3600.0,
@@ -101,8 +78,13 @@ class DeviceTile:
 
 @dataclass(frozen=True)
 class OverviewData:
+    """The overview over the ``window_s`` before ``generated_at`` (or why it could not
+    be read): targets, model rows, device tiles, and the idle capacity they add up to."""
+
     generated_at: float
     window_s: float
+    error: str | None = None
+    last_sample_at: float | None = None  # the newest reading of any kind
     targets: list[TargetTile] = field(default_factory=list)
     models: list[ModelRow] = field(default_factory=list)
     devices: list[DeviceTile] = field(default_factory=list)
@@ -110,8 +92,6 @@ class OverviewData:
     idle_gpus: float | None = None  # Σ DeviceTile.idle_gpus, None without readings
     instances_total: int = 0  # model instances with a known busy share
     instances_idle: float | None = None  # Σ instances × (1 − busy share)
-    last_sample_at: float | None = None
-    error: str | None = None
 
     @property
     def empty(self) -> bool:

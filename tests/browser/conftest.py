@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
 
 from collector.store import Store
 from collector.synthetic import Load, model_config, scrape_ok, steady_load, store_recommendation
+from dashboard import ids
 
 CHROME_ARGUMENTS = (
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -70,6 +72,21 @@ def no_alert(driver) -> bool:  # type: ignore[no-untyped-def]
     except NoAlertPresentException:
         return True
     return False
+
+
+def assert_no_html_ran(driver) -> None:  # type: ignore[no-untyped-def]
+    """No image element and no alert: a name rendered as HTML would make either."""
+    assert driver.find_elements(By.TAG_NAME, "img") == []
+    assert no_alert(driver)
+
+
+def open_model_page(dash_duo, model: str, *, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    """Follow the overview's link to ``model``'s page; wait for its heading and rates."""
+    link = next(a for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")
+                if a.text == model)
+    link.click()
+    dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", model, timeout=timeout)
+    dash_duo.wait_for_element(f"#{ids.Model.QPS} .scatterlayer .trace", timeout=timeout)
 
 
 def severe_logs(dash_duo) -> list[dict]:  # type: ignore[no-untyped-def]

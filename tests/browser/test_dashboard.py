@@ -13,7 +13,7 @@ from selenium.webdriver.common.by import By
 from collector.synthetic import scrape_ok, steady_load
 from dashboard import ids
 from dashboard.app import create_app
-from tests.browser.conftest import loads, no_alert, severe_logs
+from tests.browser.conftest import assert_no_html_ran, loads, open_model_page, severe_logs
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 # Slow refresh: the tests read the page the first tick drew.
@@ -50,19 +50,13 @@ def test_a_model_named_like_html_is_shown_as_text(dash_duo, seeded_store, screen
     dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", HOSTILE, timeout=20)
     links = [a.text for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")]
     assert HOSTILE in links
-    assert dash_duo.driver.find_elements(By.TAG_NAME, "img") == []
-    assert no_alert(dash_duo.driver)
+    assert_no_html_ran(dash_duo.driver)
     screenshot("overview-hostile-name")
 
     # Its model page: the name is the heading's text, and still no image element.
-    link = next(a for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")
-                if a.text == HOSTILE)
-    link.click()
-    dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", HOSTILE, timeout=20)
-    dash_duo.wait_for_element(f"#{ids.Model.QPS} .scatterlayer .trace", timeout=20)
+    open_model_page(dash_duo, HOSTILE, timeout=20)
     dash_duo.wait_for_contains_text(f"#{ids.Model.CONFIG}", "max_batch_size", timeout=20)
-    assert dash_duo.driver.find_elements(By.TAG_NAME, "img") == []
-    assert no_alert(dash_duo.driver)
+    assert_no_html_ran(dash_duo.driver)
     screenshot("model-hostile-name")
 
 

@@ -30,7 +30,7 @@ from collector.testbed.server import TritonServer
 from dashboard import ids
 from dashboard.actions import ConfigActions
 from dashboard.app import create_app
-from tests.browser.conftest import no_alert, severe_logs
+from tests.browser.conftest import assert_no_html_ran, open_model_page, severe_logs
 
 ADMIN_PASSWORD = "admin-secret-1"
 VIEWER_PASSWORD = "viewer-secret-2"
@@ -238,23 +238,16 @@ def test_a_model_named_like_html_is_shown_as_text(dash_duo, live: Live,  # type:
     _sign_in(dash_duo, VIEWER_PASSWORD)
     dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", HOSTILE, timeout=30)
     driver = dash_duo.driver
-    assert driver.find_elements(By.TAG_NAME, "img") == []
-    assert no_alert(driver)
+    assert_no_html_ran(driver)
     screenshot("live-overview-hostile-name")
 
-    link = next(a for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")
-                if a.text == HOSTILE)
-    link.click()
-    dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", HOSTILE, timeout=30)
-    dash_duo.wait_for_element(f"#{ids.Model.QPS} .scatterlayer .trace", timeout=30)
-    assert driver.find_elements(By.TAG_NAME, "img") == []
-    assert no_alert(driver)
+    open_model_page(dash_duo, HOSTILE, timeout=30)
+    assert_no_html_ran(driver)
     screenshot("live-model-hostile-name")
 
     driver.get(dash_duo.server.url + "/findings?state=all")
     dash_duo.wait_for_contains_text(f"#{ids.Findings.LIST}", "unbatched", timeout=30)
     driver.get(dash_duo.server.url + "/devices?range=5m")
     dash_duo.wait_for_element(f"#{ids.Devices.PROCESSES} .js-plotly-plot", timeout=30)
-    assert driver.find_elements(By.TAG_NAME, "img") == []
-    assert no_alert(driver)
+    assert_no_html_ran(driver)
     assert severe_logs(dash_duo) == []
