@@ -9,9 +9,10 @@ Timestamps are Unix seconds (float, UTC).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 __all__ = [
+    "MODEL_COUNTERS",
     "BatchStat",
     "BatcherConfig",
     "ConfigChange",
@@ -36,6 +37,9 @@ __all__ = [
 
 # --------------------------------------------------------------------------- Triton
 
+# Marks a field of ``ModelMetrics`` as a cumulative counter that rates are made of.
+_COUNTER = {"counter": True}
+
 
 @dataclass(frozen=True)
 class ModelMetrics:
@@ -44,15 +48,15 @@ class ModelMetrics:
 
     model: str
     version: str
-    request_success: float = 0.0
+    request_success: float = field(default=0.0, metadata=_COUNTER)
     request_failure_by_reason: dict[str, float] = field(default_factory=dict)
-    inference_count: float = 0.0
-    exec_count: float = 0.0
-    request_duration_us: float = 0.0
-    queue_duration_us: float = 0.0
-    compute_input_duration_us: float = 0.0
-    compute_infer_duration_us: float = 0.0
-    compute_output_duration_us: float = 0.0
+    inference_count: float = field(default=0.0, metadata=_COUNTER)
+    exec_count: float = field(default=0.0, metadata=_COUNTER)
+    request_duration_us: float = field(default=0.0, metadata=_COUNTER)
+    queue_duration_us: float = field(default=0.0, metadata=_COUNTER)
+    compute_input_duration_us: float = field(default=0.0, metadata=_COUNTER)
+    compute_infer_duration_us: float = field(default=0.0, metadata=_COUNTER)
+    compute_output_duration_us: float = field(default=0.0, metadata=_COUNTER)
     pending_request_count: float | None = None
     cache_hit_count: float | None = None
     cache_miss_count: float | None = None
@@ -70,6 +74,13 @@ class ModelMetrics:
     @property
     def request_failure(self) -> float:
         return sum(self.request_failure_by_reason.values())
+
+
+#: The cumulative counters of ``ModelMetrics`` (failures by reason aside, a mapping):
+#: ``collector.analysis.rates`` turns their increases into rates.
+MODEL_COUNTERS: tuple[str, ...] = tuple(
+    f.name for f in fields(ModelMetrics) if f.metadata.get("counter")
+)
 
 
 @dataclass(frozen=True)

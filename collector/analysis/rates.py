@@ -21,8 +21,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
-from collector.records import BatchStat, Duration, ModelPeaks, ModelRates, ModelSample
+from collector.records import (
+    MODEL_COUNTERS,
+    BatchStat,
+    Duration,
+    ModelPeaks,
+    ModelRates,
+    ModelSample,
+)
 
 __all__ = [
     "CounterIncrease",
@@ -46,18 +54,13 @@ __all__ = [
 
 @dataclass
 class CounterIncrease:
-    """Summed increases of every counter over one or more sample pairs."""
+    """Summed increases of every counter over one or more sample pairs, under the names
+    of the counters themselves: ``counters`` by the ``ModelMetrics`` field of each
+    (``MODEL_COUNTERS``), ``failure_by_reason`` those of its failures by reason."""
 
     seconds: float = 0.0
-    request_success: float = 0.0
+    counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MODEL_COUNTERS, 0.0))
     failure_by_reason: dict[str, float] = field(default_factory=dict)
-    inference_count: float = 0.0
-    exec_count: float = 0.0
-    request_duration_us: float = 0.0
-    queue_duration_us: float = 0.0
-    compute_input_duration_us: float = 0.0
-    compute_infer_duration_us: float = 0.0
-    compute_output_duration_us: float = 0.0
     batch_compute_ns: float | None = None  # from statistics-API batch_stats, when present
     # Busy seconds per model instance, and the seconds they were measured over: what a
     # busy share turns back into (``increase_from_rates``) when the batch times and the
@@ -66,25 +69,40 @@ class CounterIncrease:
     busy_window_s: float = 0.0
     resets: int = 0
 
-    def add(self, other: CounterIncrease) -> None:
-        self.seconds += other.seconds
-        self.request_success += other.request_success
-        for reason, value in other.failure_by_reason.items():
-            self.failure_by_reason[reason] = self.failure_by_reason.get(reason, 0.0) + value
-        self.inference_count += other.inference_count
-        self.exec_count += other.exec_count
-        self.request_duration_us += other.request_duration_us
-        self.queue_duration_us += other.queue_duration_us
-        self.compute_input_duration_us += other.compute_input_duration_us
-        self.compute_infer_duration_us += other.compute_infer_duration_us
-        self.compute_output_duration_us += other.compute_output_duration_us
-        if other.batch_compute_ns is not None:
-            self.batch_compute_ns = (self.batch_compute_ns or 0.0) + other.batch_compute_ns
-        if other.busy_instance_s is not None:
-            self.busy_instance_s = (self.busy_instance_s or 0.0) + other.busy_instance_s
-            self.busy_window_s += other.busy_window_s
-        self.resets += other.resets
+    @classmethod
+    def total(cls, parts: Iterable[CounterIncrease]) -> CounterIncrease:
+        """The increases of ``parts`` added up (their windows too)."""
+        out = cls()
+        sums, failures = out.counters, out.failure_by_reason
+        for part in parts:
+            out.seconds += part.seconds
+            for name, value in part.counters.items():
+                sums[name] += value
+            for reason, value in part.failure_by_reason.items():
+                failures[reason] = failures.get(reason, 0.0) + value
+            if part.batch_compute_ns is not None:
+                out.batch_compute_ns = (out.batch_compute_ns or 0.0) + part.batch_compute_ns
+            if part.busy_instance_s is not None:
+                out.busy_instance_s = (out.busy_instance_s or 0.0) + part.busy_instance_s
+                out.busy_window_s += part.busy_window_s
+            out.resets += part.resets
+        return out
 
+
+# Each per-second rate and the counter it is the increase per second of.
+_PER_SECOND = {
+    "requests_per_s": "request_success",
+    "inferences_per_s": "inference_count",
+    "executions_per_s": "exec_count",
+}
+# Each per-request time and the duration counter it is the increase per request of.
+_PER_REQUEST = {
+    "queue_us_per_request": "queue_duration_us",
+    "compute_input_us_per_request": "compute_input_duration_us",
+    "compute_infer_us_per_request": "compute_infer_duration_us",
+    "compute_output_us_per_request": "compute_output_duration_us",
+    "request_us_per_request": "request_duration_us",
+}
 
 _CORE_COUNTERS = ("request_success", "inference_count", "exec_count", "request_duration_us",
                   "queue_duration_us", "compute_infer_duration_us")
@@ -151,6 +169,9 @@ def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
         reason: _increase(p.request_failure_by_reason.get(reason, 0.0), value, reset)
         for reason, value in c.request_failure_by_reason.items()
     }
+    increases = {
+        name: _increase(getattr(p, name), getattr(c, name), reset) for name in MODEL_COUNTERS
+    }
     batch_ns: float | None = None
     if cur.stats is not None:
         batch_ns = float(sum(b.compute_ns for b in batch_stats_increase(
@@ -158,18 +179,8 @@ def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
             reset=reset or reloaded or prev.stats is None)))
     return CounterIncrease(
         seconds=max(cur.collected_at - prev.collected_at, 0.0),
-        request_success=_increase(p.request_success, c.request_success, reset),
+        counters=increases,
         failure_by_reason=failures,
-        inference_count=_increase(p.inference_count, c.inference_count, reset),
-        exec_count=_increase(p.exec_count, c.exec_count, reset),
-        request_duration_us=_increase(p.request_duration_us, c.request_duration_us, reset),
-        queue_duration_us=_increase(p.queue_duration_us, c.queue_duration_us, reset),
-        compute_input_duration_us=_increase(p.compute_input_duration_us,
-                                            c.compute_input_duration_us, reset),
-        compute_infer_duration_us=_increase(p.compute_infer_duration_us,
-                                            c.compute_infer_duration_us, reset),
-        compute_output_duration_us=_increase(p.compute_output_duration_us,
-                                             c.compute_output_duration_us, reset),
         batch_compute_ns=batch_ns,
         resets=1 if reset or reloaded else 0,
     )
@@ -181,29 +192,27 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 
 def rates_from_increase(inc: CounterIncrease, *, instance_count: int | None) -> ModelRates:
     window = inc.seconds
+    c, failures = inc.counters, inc.failure_by_reason
     per_s = (lambda v: v / window) if window > 0 else (lambda v: 0.0)
     busy = None
     if inc.batch_compute_ns is not None and instance_count and window > 0:
         busy = inc.batch_compute_ns / (window * 1e9 * instance_count)
     elif inc.busy_instance_s is not None and inc.busy_window_s > 0:
         busy = inc.busy_instance_s / inc.busy_window_s
+    requests = c["request_success"]
+    values: dict[str, Any] = {
+        **{rate: per_s(c[counter]) for rate, counter in _PER_SECOND.items()},
+        **{rate: _ratio(c[counter], requests) for rate, counter in _PER_REQUEST.items()},
+    }
     return ModelRates(
         window_s=window,
-        requests_per_s=per_s(inc.request_success),
-        inferences_per_s=per_s(inc.inference_count),
-        executions_per_s=per_s(inc.exec_count),
-        fail_per_s=per_s(sum(inc.failure_by_reason.values())),
-        fail_per_s_by_reason={r: per_s(v) for r, v in sorted(inc.failure_by_reason.items())},
-        avg_batch_size=_ratio(inc.inference_count, inc.exec_count),
-        queue_us_per_request=_ratio(inc.queue_duration_us, inc.request_success),
-        compute_input_us_per_request=_ratio(inc.compute_input_duration_us, inc.request_success),
-        compute_infer_us_per_request=_ratio(inc.compute_infer_duration_us, inc.request_success),
-        compute_output_us_per_request=_ratio(inc.compute_output_duration_us,
-                                             inc.request_success),
-        request_us_per_request=_ratio(inc.request_duration_us, inc.request_success),
-        queue_share=_ratio(inc.queue_duration_us, inc.request_duration_us),
+        fail_per_s=per_s(sum(failures.values())),
+        fail_per_s_by_reason={r: per_s(v) for r, v in sorted(failures.items())},
+        avg_batch_size=_ratio(c["inference_count"], c["exec_count"]),
+        queue_share=_ratio(c["queue_duration_us"], c["request_duration_us"]),
         busy_share=busy,
         resets=inc.resets,
+        **values,
     )
 
 
@@ -219,9 +228,9 @@ def window_rates(samples: Sequence[ModelSample], *,
     than two samples."""
     if len(samples) < 2:
         return None
-    total = CounterIncrease()
-    for prev, cur in zip(samples, samples[1:], strict=False):
-        total.add(counter_increase(prev, cur))
+    total = CounterIncrease.total(
+        counter_increase(prev, cur) for prev, cur in zip(samples, samples[1:], strict=False)
+    )
     return rates_from_increase(total, instance_count=instance_count)
 
 
@@ -237,21 +246,14 @@ def increase_from_rates(r: ModelRates) -> CounterIncrease:
     (``busy_instance_s`` over ``busy_window_s``)."""
     window = r.window_s
     requests = r.requests_per_s * window
-
-    def per_request(value: float | None) -> float:
-        return value * requests if value is not None else 0.0
-
+    increases = {counter: getattr(r, rate) * window for rate, counter in _PER_SECOND.items()}
+    for rate, counter in _PER_REQUEST.items():
+        per_request = getattr(r, rate)
+        increases[counter] = per_request * requests if per_request is not None else 0.0
     return CounterIncrease(
         seconds=window,
-        request_success=requests,
+        counters=increases,
         failure_by_reason={reason: v * window for reason, v in r.fail_per_s_by_reason.items()},
-        inference_count=r.inferences_per_s * window,
-        exec_count=r.executions_per_s * window,
-        request_duration_us=per_request(r.request_us_per_request),
-        queue_duration_us=per_request(r.queue_us_per_request),
-        compute_input_duration_us=per_request(r.compute_input_us_per_request),
-        compute_infer_duration_us=per_request(r.compute_infer_us_per_request),
-        compute_output_duration_us=per_request(r.compute_output_us_per_request),
         busy_instance_s=r.busy_share * window if r.busy_share is not None else None,
         busy_window_s=window if r.busy_share is not None else 0.0,
         resets=r.resets,
@@ -259,11 +261,7 @@ def increase_from_rates(r: ModelRates) -> CounterIncrease:
 
 
 def _merged(parts: Iterable[ModelRates], seconds: float) -> ModelRates:
-    total = CounterIncrease()
-    for part in parts:
-        inc = increase_from_rates(part)
-        inc.seconds = 0.0
-        total.add(inc)
+    total = CounterIncrease.total(increase_from_rates(part) for part in parts)
     total.seconds = seconds
     return rates_from_increase(total, instance_count=None)
 
