@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from collector.analysis.recommend import (
+    observe_model,
     recommend_model,
     recommendation_from_dict,
     recommendation_to_dict,
@@ -17,9 +18,12 @@ from collector.analysis.recommend import (
 from collector.records import (
     BatchStat,
     Duration,
+    HostFacts,
     ModelConfig,
     ModelMetrics,
     ModelStats,
+    ProcessSample,
+    ServerMetrics,
     TritonSnapshot,
 )
 from collector.store import Store
@@ -167,10 +171,43 @@ def test_round_trip_through_json(store: Store) -> None:
 
 
 def test_population_is_the_busiest_operating_point() -> None:
-    from collector.analysis.recommend import _population
+    from collector.analysis.recommend.observe import _population
 
     # 16 clients whose own time per request grows with load (1 ms at 330/s, 2.7 ms
     # at 425/s): a line through (λ, L) would read 18 clients; the bound ⌈L⌉ is right.
     points = [(332.0, 15.67), (330.0, 15.60), (422.5, 14.83), (425.6, 14.89)]
     assert _population(points) == 16
     assert _population([(230.0, 6.85)]) == 7
+
+
+def test_cpu_contention_counts_the_triton_hosts_cores(store: Store,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU instances contend for the Triton host's cores, which the host source stores
+    (``HostFacts``), not for those of the machine running the analysis."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 1000)  # must not be read
+    fill(store, cfg=config(batching=True), qps=900, request_ms=15.0, queue_share=0.4,
+         batch_mix={4: 0.1, 8: 0.3, 12: 0.3, 16: 0.3}, cost_ms=lambda b: 8.0 + 0.3 * b)
+    for i in range(31):
+        # The model's instance keeps 0.9 of a core busy; the server uses half the host.
+        store.write_processes("t", T0 + i, [ProcessSample(
+            source="host", pid=41, role="stub", model="m", instance_name="m_0_0",
+            cpu_pct=90.0)])
+        store.write_triton(TritonSnapshot(target="t", collected_at=T0 + i + 0.5,
+                                          server=ServerMetrics(cpu_utilization=0.5)), {})
+
+    unknown = observe_model(store, "t", "m", now=T0 + 31)
+    assert unknown is not None and unknown.cpu_fraction > 0
+    # Without the host's count, contention is not modelled, and the evidence says why.
+    assert unknown.cores_available is None
+    assert unknown.evidence["host_cpu_count"] is None
+    assert "CPU count is unknown" in str(unknown.evidence["cpu_contention"])
+
+    store.write_host_facts("t", HostFacts(target="t", collected_at=T0 + 30, cpu_count=8))
+    known = observe_model(store, "t", "m", now=T0 + 31)
+    assert known is not None and known.cpu_fraction == unknown.cpu_fraction
+    # 8 cores; the rest of the server uses 0.5 × 8 − 0.9 = 3.1 of them.
+    assert known.cores_available == pytest.approx(8 - 3.1)
+    assert known.evidence["host_cpu_count"] == 8
+    assert "cpu_contention" not in known.evidence
