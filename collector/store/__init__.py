@@ -7,43 +7,9 @@ SQLAlchemy schema behind it, for this package's use only; its migrations live in
 """
 
 from collector.analysis.health import HOST_KIND, PRIMARY_SOURCE, TRITON_KIND
-from collector.store.rows import (
-    RECOMMENDATION_OUTCOMES,
-    RECOMMENDATION_STATUSES,
-    DetectorStreak,
-    DeviceRollup,
-    ModelRollup,
-    ProcessBucket,
-    RetentionReport,
-    StoredDevice,
-    StoredFinding,
-    StoredModelConfig,
-    StoredProcess,
-    StoredRecommendation,
-    StoredServer,
-    TargetState,
-    TargetTransition,
-)
+from collector.store import rows
+from collector.store.rows import *  # noqa: F403 (the rows, as listed in rows.__all__)
 from collector.store.store import Store
 
-__all__ = [
-    "RECOMMENDATION_OUTCOMES",
-    "RECOMMENDATION_STATUSES",
-    "HOST_KIND",
-    "PRIMARY_SOURCE",
-    "TRITON_KIND",
-    "DetectorStreak",
-    "DeviceRollup",
-    "ModelRollup",
-    "ProcessBucket",
-    "RetentionReport",
-    "Store",
-    "StoredDevice",
-    "StoredFinding",
-    "StoredModelConfig",
-    "StoredProcess",
-    "StoredRecommendation",
-    "StoredServer",
-    "TargetState",
-    "TargetTransition",
-]
+__all__ = ["HOST_KIND", "PRIMARY_SOURCE", "TRITON_KIND", "Store"]
+__all__ += rows.__all__

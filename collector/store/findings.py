@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
-from collector.records import Recommendation
+from collector.records import Finding, Recommendation
 from collector.store.engine import Database
 from collector.store.mapping import (
     RowValues,
@@ -20,6 +20,7 @@ from collector.store.mapping import (
     recommendation_from,
     recommendation_values,
     record_from,
+    record_values,
 )
 from collector.store.rows import (
     RECOMMENDATION_OUTCOMES,
@@ -37,28 +38,21 @@ class FindingsMixin(Database):
 
     def add_finding(
         self,
+        finding: Finding | None = None,
+        /,
         *,
-        kind: str,
-        severity: str,
-        target: str,
-        subject: str,
-        summary: str,
-        window_start: float,
-        window_end: float,
-        evidence: Mapping[str, Any] | None = None,
         created_at: float | None = None,
+        **fields: Any,
     ) -> int:
-        """Store a finding and return its id. ``evidence`` must be JSON-serialisable;
-        ``created_at`` defaults to now."""
+        """Store ``finding`` and return its id; ``created_at`` defaults to now. Its
+        ``evidence`` must be JSON-serialisable. The fields of a ``Finding`` may also be
+        given as keywords instead (``kind=..., severity=...``)."""
+        if finding is None:
+            finding = Finding(**{**fields, "evidence": dict(fields.get("evidence") or {})})
+        elif fields:
+            raise TypeError(f"add_finding takes a Finding or its fields, not both: {fields}")
         row = FindingRow(
-            kind=kind,
-            severity=severity,
-            target=target,
-            subject=subject,
-            summary=summary,
-            window_start=window_start,
-            window_end=window_end,
-            evidence=dict(evidence or {}),
+            **record_values(finding),
             created_at=time.time() if created_at is None else created_at,
             resolved_at=None,
         )

@@ -12,6 +12,7 @@ from typing import Any
 
 from collector.records import (
     DeviceSample,
+    Finding,
     ModelConfig,
     ModelPeaks,
     ModelRates,
@@ -26,6 +27,7 @@ __all__ = [
     "DetectorStreak",
     "DeviceRollup",
     "ModelRollup",
+    "ProcessBucket",
     "RetentionReport",
     "StoredDevice",
     "StoredFinding",
@@ -198,17 +200,12 @@ class RetentionReport:
         )
 
 
-@dataclass(frozen=True)
-class StoredFinding:
+@dataclass(frozen=True, kw_only=True)
+class StoredFinding(Finding):
+    """A stored ``Finding``: its id, when it was stored and when it was resolved
+    (``None`` while it holds)."""
+
     id: int
-    kind: str
-    severity: str
-    target: str
-    subject: str
-    summary: str
-    window_start: float
-    window_end: float
-    evidence: dict[str, Any]
     created_at: float
     resolved_at: float | None = None
 

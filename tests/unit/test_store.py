@@ -20,6 +20,7 @@ from collector.records import (
     ConfigChange,
     DeviceSample,
     Duration,
+    Finding,
     HostFacts,
     ModelConfig,
     ModelMetrics,
@@ -46,6 +47,8 @@ from collector.store import (
 )
 
 T0 = 1_700_000_040.0  # a multiple of 60, so buckets are easy to reason about
+QUEUE_FINDING = Finding("queue_saturation", "warning", "triton-a", "resnet",
+                        "queue 60% of request time", T0, T0 + 60, {"queue_share": 0.6})
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -372,17 +375,10 @@ def test_process_buckets_average_per_process_and_bucket(store: Store) -> None:
 
 
 def test_findings_and_recommendations_read_back(store: Store) -> None:
-    fid = store.add_finding(
-        kind="idle_capacity",
-        severity="warning",
-        target="triton-a",
-        subject="GPU-aaaa",
-        summary="GPU idle 92% of the last hour",
-        window_start=T0,
-        window_end=T0 + 3600,
-        evidence={"sm_active_pct": 4.5, "samples": 720},
-        created_at=T0 + 3600,
-    )
+    idle = replace(QUEUE_FINDING, kind="idle_capacity", subject="GPU-aaaa",
+                   summary="GPU idle 92% of the last hour", window_end=T0 + 3600,
+                   evidence={"sm_active_pct": 4.5, "samples": 720})
+    fid = store.add_finding(idle, created_at=T0 + 3600)
     rid = store.add_recommendation(a_recommendation())
     [finding] = store.findings(target="triton-a")
     assert (finding.id, finding.kind, finding.evidence, finding.resolved_at) == (
@@ -726,17 +722,8 @@ def test_in_memory_sqlite_is_shared_between_threads() -> None:
 
 
 def add_open_finding(store: Store, kind: str = "queue_saturation", subject: str = "resnet") -> int:
-    return store.add_finding(
-        kind=kind,
-        severity="warning",
-        target="triton-a",
-        subject=subject,
-        summary="queue 60% of request time",
-        window_start=T0,
-        window_end=T0 + 60,
-        evidence={"queue_share": 0.6},
-        created_at=T0 + 60,
-    )
+    return store.add_finding(replace(QUEUE_FINDING, kind=kind, subject=subject),
+                             created_at=T0 + 60)
 
 
 def test_finding_is_updated_then_resolved(store: Store) -> None:
