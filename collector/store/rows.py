@@ -77,11 +77,17 @@ class TargetTransition:
 
 
 @dataclass(frozen=True)
-class StoredModelConfig:
-    """A model's config as first seen at ``collected_at`` (a row exists per change)."""
+class _Collected:
+    """Where and when the record of a stored row was collected."""
 
     target: str
     collected_at: float
+
+
+@dataclass(frozen=True)
+class StoredModelConfig(_Collected):
+    """A model's config as first seen at ``collected_at`` (a row exists per change)."""
+
     config: ModelConfig
 
     @property
@@ -90,16 +96,12 @@ class StoredModelConfig:
 
 
 @dataclass(frozen=True)
-class StoredDevice:
-    target: str
-    collected_at: float
+class StoredDevice(_Collected):
     sample: DeviceSample
 
 
 @dataclass(frozen=True)
-class StoredProcess:
-    target: str
-    collected_at: float
+class StoredProcess(_Collected):
     sample: ProcessSample
 
 
@@ -120,9 +122,7 @@ class ProcessBucket:
 
 
 @dataclass(frozen=True)
-class StoredServer:
-    target: str
-    collected_at: float
+class StoredServer(_Collected):
     metrics: ServerMetrics
 
 

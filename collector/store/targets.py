@@ -56,16 +56,9 @@ class TargetsMixin(Database):
             states = self._source_states(session, [target_id]).get(target_id, {})
             previous = states.get(source)
             if previous is None or previous.up != ok:
-                session.add(
-                    TransitionRow(
-                        target_id=target_id,
-                        source=source,
-                        at=started_at,
-                        up=ok,
-                        error_kind=error_kind,
-                        error=error,
-                    )
-                )
+                transition = TargetTransition(target, source, started_at, ok, error_kind, error)
+                values = record_values(transition, skip=("target",))
+                session.add(TransitionRow(target_id=target_id, **values))
             up_by_source = {name: t.up for name, t in states.items()}
             up_by_source[source] = ok
             row.kind = kind
