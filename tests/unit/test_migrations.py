@@ -36,16 +36,11 @@ T0 = 1_700_000_040.0
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'old.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-def old_db(db_url: str) -> Iterator[str]:
-    """A database made by the schema on main before migrations, with rows of every
-    kind in the shapes of the time."""
+def old_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database (SQLite, or the test PostgreSQL) made by the schema on main before
+    migrations, with rows of every kind in the shapes of the time."""
+    on_sqlite = request.param == "sqlite"
+    db_url = f"sqlite:///{tmp_path / 'old.db'}" if on_sqlite else request.getfixturevalue("pg_url")
     engine = create_engine(db_url, poolclass=NullPool)
     with engine.begin() as conn:
         for statement in baseline_statements(engine.dialect.name):
