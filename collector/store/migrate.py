@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, inspect
@@ -24,6 +25,8 @@ from sqlalchemy import Connection, inspect
 __all__ = [
     "BASELINE_REVISION",
     "MIGRATIONS_DIR",
+    "REVISION_ID",
+    "REVISION_JSON",
     "alembic_config",
     "baseline_statements",
     "upgrade_to_head",
@@ -34,6 +37,12 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 BASELINE_REVISION = "0001"
 #: The DDL ``create_all`` ran before migrations, with the id types left open.
 BASELINE_DDL = MIGRATIONS_DIR / "baseline.sql"
+# Column types as the revisions use them, frozen: later changes to ``schema.py`` must
+# not change what an existing revision does.
+#: Ids and references to them (SQLite auto-increments only an INTEGER primary key).
+REVISION_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+#: JSON documents, a Python ``None`` stored as SQL NULL.
+REVISION_JSON = sa.JSON(none_as_null=True)
 # The integer types create_all gave ids and the references to them, per dialect.
 _ID_TYPES = {"sqlite": ("INTEGER", "INTEGER"), "postgresql": ("BIGSERIAL", "BIGINT")}
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from collector.store.migrate import REVISION_JSON
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
-
-JSONDoc = sa.JSON(none_as_null=True)
 
 _rollups = sa.table(
     "model_rollups",
@@ -29,7 +29,7 @@ _rollups = sa.table(
     sa.column("rated_s", sa.Float()),
     sa.column("fail_per_s", sa.Float()),
     sa.column("rate_window_s", sa.Float()),
-    sa.column("fail_per_s_by_reason", JSONDoc),
+    sa.column("fail_per_s_by_reason", REVISION_JSON),
     sa.column("rate_resets", sa.Integer()),
 )
 
@@ -37,7 +37,7 @@ _rollups = sa.table(
 def upgrade() -> None:
     with op.batch_alter_table("model_rollups") as batch:
         batch.add_column(sa.Column("rate_window_s", sa.Float(), nullable=True))
-        batch.add_column(sa.Column("fail_per_s_by_reason", JSONDoc, nullable=True))
+        batch.add_column(sa.Column("fail_per_s_by_reason", REVISION_JSON, nullable=True))
         batch.add_column(sa.Column("rate_resets", sa.Integer(), nullable=True))
     connection = op.get_bind()
     rated = connection.execute(

@@ -20,12 +20,13 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from collector.store.migrate import REVISION_JSON
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
 
-JSONDoc = sa.JSON(none_as_null=True)
 KINDS = ("tune", "probe", "no_change")
 # The old status an outcome was written as -> the status it is now.
 OUTCOMES = {"applied": "kept", "rolled_back": "rolled_back", "failed": "failed"}
@@ -37,12 +38,12 @@ _recommendations = sa.table(
     "recommendations",
     sa.column("id", sa.BigInteger()),
     sa.column("status", sa.Text()),
-    sa.column("change", JSONDoc),
-    sa.column("predicted", JSONDoc),
+    sa.column("change", REVISION_JSON),
+    sa.column("predicted", REVISION_JSON),
     sa.column("config_fragment", sa.Text()),
     sa.column("slo_p95_ms", sa.Float()),
     *(sa.column(name, sa.Text()) for name in NEW_TEXT),
-    *(sa.column(name, JSONDoc) for name in NEW_JSON),
+    *(sa.column(name, REVISION_JSON) for name in NEW_JSON),
 )
 
 
@@ -73,7 +74,7 @@ def upgrade() -> None:
         for name in NEW_TEXT:
             batch.add_column(sa.Column(name, sa.Text(), nullable=True))
         for name in NEW_JSON:
-            batch.add_column(sa.Column(name, JSONDoc, nullable=True))
+            batch.add_column(sa.Column(name, REVISION_JSON, nullable=True))
         batch.add_column(sa.Column("slo_p95_ms", sa.Float(), nullable=True))
     connection = op.get_bind()
     t = _recommendations.c
@@ -88,14 +89,14 @@ def upgrade() -> None:
         for name in NEW_TEXT:
             batch.alter_column(name, existing_type=sa.Text(), nullable=False)
         for name in NEW_JSON:
-            batch.alter_column(name, existing_type=JSONDoc, nullable=False)
+            batch.alter_column(name, existing_type=REVISION_JSON, nullable=False)
         batch.drop_column("change")
         batch.drop_column("config_fragment")
 
 
 def downgrade() -> None:
     with op.batch_alter_table("recommendations") as batch:
-        batch.add_column(sa.Column("change", JSONDoc, nullable=True))
+        batch.add_column(sa.Column("change", REVISION_JSON, nullable=True))
         batch.add_column(sa.Column("config_fragment", sa.Text(), nullable=True))
     connection = op.get_bind()
     t = _recommendations.c
@@ -110,7 +111,7 @@ def downgrade() -> None:
             )
         )
     with op.batch_alter_table("recommendations") as batch:
-        batch.alter_column("change", existing_type=JSONDoc, nullable=False)
+        batch.alter_column("change", existing_type=REVISION_JSON, nullable=False)
         batch.alter_column("config_fragment", existing_type=sa.Text(), nullable=False)
         for name in (*NEW_TEXT, *NEW_JSON, "slo_p95_ms"):
             batch.drop_column(name)

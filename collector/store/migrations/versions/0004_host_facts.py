@@ -9,18 +9,18 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from collector.store.migrate import REVISION_ID
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
 
 def upgrade() -> None:
     op.create_table(
         "host_facts",
-        sa.Column("target_id", ID, nullable=False),
+        sa.Column("target_id", REVISION_ID, nullable=False),
         sa.Column("collected_at", sa.Float(), nullable=False),
         sa.Column("cpu_count", sa.BigInteger(), nullable=False),
         sa.ForeignKeyConstraint(
