@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, CursorResult, delete, func, select
 from sqlalchemy.orm import Session
 
 from collector.analysis.rates import gauge_max, gauge_mean, merge_over_time, peak_rates
-from collector.records import ModelRates
+from collector.records import DeviceSample, ModelRates
 from collector.store.engine import Database
 from collector.store.mapping import (
     RowValues,
@@ -25,10 +25,11 @@ from collector.store.mapping import (
     peaks_values,
     rates_from,
     rates_values,
-    record_from,
 )
 from collector.store.rows import DeviceRollup, ModelRollup, RetentionReport
 from collector.store.schema import (
+    DEVICE_MEAN_READINGS,
+    DEVICE_PEAK_READINGS,
     RATE_COLUMNS,
     BatchStatRow,
     DeviceRollupRow,
@@ -44,17 +45,6 @@ from collector.store.schema import (
 
 __all__ = ["RollupsMixin"]
 
-# Device readings kept per bucket as a mean, and those also kept as a maximum.
-_ROLLED_DEVICE_READINGS = (
-    "utilization_gpu_pct",
-    "utilization_memory_pct",
-    "sm_active_pct",
-    "sm_occupancy_pct",
-    "tensor_active_pct",
-    "memory_used_bytes",
-    "power_w",
-)
-_MAXED_DEVICE_READINGS = ("utilization_gpu_pct", "sm_active_pct", "memory_used_bytes", "power_w")
 _RATE_COLUMN_NAMES = tuple(RATE_COLUMNS.get(f, f) for f in ModelRates.__dataclass_fields__)
 
 
@@ -141,10 +131,7 @@ class RollupsMixin(Database):
         if uuid is not None:
             stmt = stmt.where(DeviceRollupRow.uuid == uuid)
         with self._read() as session:
-            return [
-                record_from(DeviceRollup, r, extra={"target": r["target_name"]})
-                for r in session.execute(stmt).mappings()
-            ]
+            return [_device_rollup_from(r) for r in session.execute(stmt).mappings()]
 
     def apply_retention(
         self, now: float, *, raw_keep_s: float, rollup_keep_s: float
@@ -245,7 +232,7 @@ class RollupsMixin(Database):
                 DeviceSampleRow.uuid,
                 DeviceSampleRow.kind,
                 DeviceSampleRow.collected_at,
-                *(getattr(DeviceSampleRow, f) for f in _ROLLED_DEVICE_READINGS),
+                *(getattr(DeviceSampleRow, f) for f in DEVICE_MEAN_READINGS),
             )
             .where(DeviceSampleRow.collected_at < cutoff)
             .order_by(DeviceSampleRow.id)
@@ -326,11 +313,25 @@ def _device_rollup_values(
         "bucket_s": bucket_s,
         "sample_count": len(samples),
     }
-    for name in _ROLLED_DEVICE_READINGS:
+    for name in DEVICE_MEAN_READINGS:
         values[name] = gauge_mean(getattr(s, name) for s in samples)
-    for name in _MAXED_DEVICE_READINGS:
+    for name in DEVICE_PEAK_READINGS:
         values[f"{name}_max"] = gauge_max(getattr(s, name) for s in samples)
     return values
+
+
+def _device_rollup_from(row: RowValues) -> DeviceRollup:
+    device = {"source": row["source"], "uuid": row["uuid"], "kind": row["kind"]}
+    mean = {name: row[name] for name in DEVICE_MEAN_READINGS}
+    peak = {name: row[f"{name}_max"] for name in DEVICE_PEAK_READINGS}
+    return DeviceRollup(
+        target=row["target_name"],
+        bucket_start=row["bucket_start"],
+        bucket_s=row["bucket_s"],
+        sample_count=row["sample_count"],
+        mean=DeviceSample(**device, **mean),
+        peak=DeviceSample(**device, **peak),
+    )
 
 
 def _rollup_filters(

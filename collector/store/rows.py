@@ -152,27 +152,30 @@ class ModelRollup:
 
 @dataclass(frozen=True)
 class DeviceRollup:
-    """One closed bucket of one device's raw samples (plain means over the samples
-    that had the reading, and maxima)."""
+    """One closed bucket of one device's raw samples: ``mean`` holds the plain means
+    of the readings a rollup keeps (over the samples that had them), ``peak`` the
+    maxima of some of them (see ``schema.DEVICE_MEAN_READINGS`` and
+    ``DEVICE_PEAK_READINGS``); both name the device, and leave every other reading
+    ``None``."""
 
     target: str
-    source: str
-    uuid: str
-    kind: str
     bucket_start: float
     bucket_s: float
     sample_count: int
-    utilization_gpu_pct: float | None = None
-    utilization_memory_pct: float | None = None
-    sm_active_pct: float | None = None
-    sm_occupancy_pct: float | None = None
-    tensor_active_pct: float | None = None
-    memory_used_bytes: float | None = None
-    power_w: float | None = None
-    utilization_gpu_pct_max: float | None = None
-    sm_active_pct_max: float | None = None
-    memory_used_bytes_max: int | None = None
-    power_w_max: float | None = None
+    mean: DeviceSample
+    peak: DeviceSample
+
+    @property
+    def source(self) -> str:
+        return self.mean.source
+
+    @property
+    def uuid(self) -> str:
+        return self.mean.uuid
+
+    @property
+    def kind(self) -> str:
+        return self.mean.kind
 
 
 @dataclass(frozen=True)

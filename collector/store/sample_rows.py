@@ -19,9 +19,9 @@ from collector.records import (
 )
 from collector.store.mapping import RowValues, rates_from, rates_values, record_from
 from collector.store.rows import StoredModelConfig
+from collector.store.schema import DEVICE_COLUMNS
 
 __all__ = [
-    "DEVICE_COLUMNS",
     "batch_stat_from",
     "batch_stat_values",
     "config_values",
@@ -33,8 +33,6 @@ __all__ = [
 
 # ``ModelStats`` duration fields, each stored as ``stats_<name>_count``/``_ns``.
 _STAT_DURATIONS = tuple(f.name for f in fields(ModelStats) if f.type == "Duration")
-# Record fields whose column has another name (see schema.py for why).
-DEVICE_COLUMNS = {"index": "device_index", "name": "device_name"}
 _METRIC_FIELDS = tuple(
     f.name
     for f in fields(ModelMetrics)

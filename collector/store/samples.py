@@ -34,7 +34,6 @@ from collector.store.rows import (
     StoredServer,
 )
 from collector.store.sample_rows import (
-    DEVICE_COLUMNS,
     batch_stat_from,
     batch_stat_values,
     config_values,
@@ -44,6 +43,7 @@ from collector.store.sample_rows import (
     stored_config,
 )
 from collector.store.schema import (
+    DEVICE_COLUMNS,
     BatchStatRow,
     DeviceSampleRow,
     ModelConfigRow,

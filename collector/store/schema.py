@@ -39,6 +39,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
 from collector.records import (
+    DeviceSample,
     HostFacts,
     ModelPeaks,
     ModelRates,
@@ -48,6 +49,9 @@ from collector.records import (
 )
 
 __all__ = [
+    "DEVICE_COLUMNS",
+    "DEVICE_MEAN_READINGS",
+    "DEVICE_PEAK_READINGS",
     "PEAK_COLUMNS",
     "RATE_COLUMNS",
     "RECOMMENDATION_JSON_FIELDS",
@@ -112,20 +116,22 @@ def record_columns(
     *,
     rename: Mapping[str, str] | None = None,
     skip: tuple[str, ...] = (),
+    only: tuple[str, ...] | None = None,
     types_: Mapping[str, TypeEngine[Any]] | None = None,
     nullable: bool | None = None,
 ) -> list[Column[Any]]:
-    """One column per field of dataclass ``record``, so a table that stores a record
-    never repeats its field list: the name (or ``rename[name]``), the type from the
-    annotation (scalars as ``type_annotation_map``; anything else, e.g. a dict, a
-    tuple or a nested record, as a JSON document), NULL allowed when the annotation
-    allows ``None`` (or as ``nullable`` says for every column)."""
+    """One column per field of dataclass ``record`` (those in ``only`` when given,
+    but those in ``skip``), so a table that stores a record never repeats its field
+    list: the name (or ``rename[name]``), the type from the annotation (scalars as
+    ``type_annotation_map``; anything else, e.g. a dict, a tuple or a nested record, as
+    a JSON document), NULL allowed when the annotation allows ``None`` (or as
+    ``nullable`` says for every column)."""
     rename = rename or {}
     types_ = types_ or {}
     hints = typing.get_type_hints(record)
     columns: list[Column[Any]] = []
     for f in fields(record):
-        if f.name in skip:
+        if f.name in skip or (only is not None and f.name not in only):
             continue
         hint = hints[f.name]
         args = typing.get_args(hint) if isinstance(hint, types.UnionType) else ()
@@ -153,6 +159,23 @@ def _add_columns(table: type[Base], columns: list[Column[Any]]) -> None:
 RATE_COLUMNS: dict[str, str] = {"window_s": "rate_window_s", "resets": "rate_resets"}
 #: ``ModelPeaks`` fields are stored as ``<field>_max``.
 PEAK_COLUMNS: dict[str, str] = {f.name: f"{f.name}_max" for f in fields(ModelPeaks)}
+#: ``DeviceSample`` fields stored under another column name (``index`` and ``name``
+#: read as SQL keywords or ORM attributes elsewhere).
+DEVICE_COLUMNS: dict[str, str] = {"index": "device_index", "name": "device_name"}
+# ``DeviceSample`` ids and counts small enough for a 32-bit column.
+_SMALL_DEVICE_INTS = ("index", "gpu_instance_id", "compute_instance_id", "sm_clock_mhz")
+#: ``DeviceSample`` readings a device rollup keeps the mean of...
+DEVICE_MEAN_READINGS = (
+    "utilization_gpu_pct",
+    "utilization_memory_pct",
+    "sm_active_pct",
+    "sm_occupancy_pct",
+    "tensor_active_pct",
+    "memory_used_bytes",
+    "power_w",
+)
+#: ...and those it also keeps the maximum of.
+DEVICE_PEAK_READINGS = ("utilization_gpu_pct", "sm_active_pct", "memory_used_bytes", "power_w")
 #: ``Recommendation`` fields stored as JSON documents (the rest are scalar columns).
 RECOMMENDATION_JSON_FIELDS = (
     "changes",
@@ -361,27 +384,21 @@ class DeviceSampleRow(Base):
     id: Mapped[int] = mapped_column(ID, primary_key=True)
     target_id: Mapped[int] = mapped_column(ID, ForeignKey("targets.id"))
     collected_at: Mapped[float]
+    # Which device: declared here to be queried by; the readings come from the record.
     source: Mapped[str]
     uuid: Mapped[str]
     kind: Mapped[str]
-    device_index: Mapped[int | None] = mapped_column(Integer)
-    device_name: Mapped[str | None]
-    parent_uuid: Mapped[str | None]
-    gpu_instance_id: Mapped[int | None] = mapped_column(Integer)
-    compute_instance_id: Mapped[int | None] = mapped_column(Integer)
-    utilization_gpu_pct: Mapped[float | None]
-    utilization_memory_pct: Mapped[float | None]
-    memory_used_bytes: Mapped[int | None]
-    memory_total_bytes: Mapped[int | None]
-    power_w: Mapped[float | None]
-    power_limit_w: Mapped[float | None]
-    energy_j: Mapped[float | None]
-    sm_clock_mhz: Mapped[int | None] = mapped_column(Integer)
-    sm_active_pct: Mapped[float | None]
-    sm_occupancy_pct: Mapped[float | None]
-    tensor_active_pct: Mapped[float | None]
-    healthy: Mapped[bool]
-    error: Mapped[str | None]
+
+
+_add_columns(
+    DeviceSampleRow,
+    record_columns(
+        DeviceSample,
+        rename=DEVICE_COLUMNS,
+        skip=("source", "uuid", "kind"),
+        types_=dict.fromkeys(_SMALL_DEVICE_INTS, Integer()),
+    ),
+)
 
 
 class ProcessSampleRow(Base):
@@ -425,6 +442,9 @@ _add_columns(ModelRollupRow, record_columns(ModelPeaks, rename=PEAK_COLUMNS))
 
 
 class DeviceRollupRow(Base):
+    """One bucket of one device: the means of its ``DEVICE_MEAN_READINGS`` (under
+    their own names) and the maxima of its ``DEVICE_PEAK_READINGS`` (``<field>_max``)."""
+
     __tablename__ = "device_rollups"
     __table_args__ = (
         UniqueConstraint("bucket_s", "bucket_start", "target_id", "source", "uuid"),
@@ -439,17 +459,27 @@ class DeviceRollupRow(Base):
     bucket_start: Mapped[float]
     bucket_s: Mapped[float]
     sample_count: Mapped[int] = mapped_column(Integer)
-    utilization_gpu_pct: Mapped[float | None]
-    utilization_memory_pct: Mapped[float | None]
-    sm_active_pct: Mapped[float | None]
-    sm_occupancy_pct: Mapped[float | None]
-    tensor_active_pct: Mapped[float | None]
-    memory_used_bytes: Mapped[float | None]
-    power_w: Mapped[float | None]
-    utilization_gpu_pct_max: Mapped[float | None]
-    sm_active_pct_max: Mapped[float | None]
-    memory_used_bytes_max: Mapped[int | None]
-    power_w_max: Mapped[float | None]
+
+
+# A mean of byte counts is no whole number.
+_add_columns(
+    DeviceRollupRow,
+    record_columns(
+        DeviceSample,
+        only=DEVICE_MEAN_READINGS,
+        types_={"memory_used_bytes": Float()},
+        nullable=True,
+    ),
+)
+_add_columns(
+    DeviceRollupRow,
+    record_columns(
+        DeviceSample,
+        only=DEVICE_PEAK_READINGS,
+        rename={name: f"{name}_max" for name in DEVICE_PEAK_READINGS},
+        nullable=True,
+    ),
+)
 
 
 class RollupMarkRow(Base):

@@ -602,9 +602,10 @@ def test_rollup_is_idempotent(store: Store) -> None:
 
     [gpu] = store.device_rollups(source="nvml", since=T0, until=T0)
     assert (gpu.target, gpu.uuid, gpu.kind, gpu.sample_count) == ("host-1", "GPU-aaaa", "gpu", 6)
-    assert gpu.utilization_gpu_pct == pytest.approx(25.0)  # mean of 0..50
-    assert gpu.utilization_gpu_pct_max == 50.0
-    assert gpu.memory_used_bytes_max == 80 * 2**30
+    assert gpu.mean.utilization_gpu_pct == pytest.approx(25.0)  # mean of 0..50
+    assert gpu.peak.utilization_gpu_pct == 50.0
+    assert gpu.peak.memory_used_bytes == 80 * 2**30
+    assert (gpu.mean.uuid, gpu.peak.uuid, gpu.mean.power_limit_w) == ("GPU-aaaa", "GPU-aaaa", None)
 
     assert store.rollup(T0 + 185, bucket_s=60) == 4  # the next bucket only
     assert len(store.model_rollups()) == 6
