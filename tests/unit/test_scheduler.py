@@ -48,15 +48,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def healthy_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with ThreadingHTTPServer(("127.0.0.1", 0), _Handler) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
         yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+        server.shutdown()  # pytest runs this after the test, passed or failed
 
 
 @pytest.fixture
