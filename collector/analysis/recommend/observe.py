@@ -189,7 +189,7 @@ def _dispersion(window: Sequence[ModelSample]) -> float:
     increases = [increase_from_rates(s.rates) for s in window[1:] if s.rates]
     if len(increases) < 3:
         return 1.0
-    return arrival_stats([i.counters.request_success for i in increases],
+    return arrival_stats([i.counters["request_success"] for i in increases],
                          [i.seconds for i in increases]).dispersion
 
 
