@@ -87,24 +87,21 @@ def _device_points(store: Store, since: float, until: float,
     raw = store.device_samples(since=raw_since, until=until)
     labels = {(d.target, d.sample.uuid): _device_label(d.target, d.sample) for d in raw}
 
-    def add(label: str, kind: str, at: float, sm_active: float | None,
-            utilization_gpu: float | None, memory_bytes: float | None,
-            watts: float | None) -> None:
+    def add(label: str, at: float, reading: DeviceSample) -> None:
+        kind = reading.kind
         # SM activity (GPM) when read, else the coarser utilisation counter.
+        busy = reading.sm_active_pct
         utilisation.append((label, kind, at,
-                            sm_active if sm_active is not None else utilization_gpu))
-        if memory_bytes is not None:
-            memory.append((label, kind, at, memory_bytes / 1e9))
-        power.append((label, kind, at, watts))
+                            busy if busy is not None else reading.utilization_gpu_pct))
+        if reading.memory_used_bytes is not None:
+            memory.append((label, kind, at, reading.memory_used_bytes / 1e9))
+        power.append((label, kind, at, reading.power_w))
 
-    for r in rollups:
-        add(labels.get((r.target, r.uuid), f"{r.target} · {r.kind} ({r.uuid[-8:]})"), r.kind,
-            r.bucket_start + r.bucket_s / 2, r.sm_active_pct, r.utilization_gpu_pct,
-            r.memory_used_bytes, r.power_w)
+    for r in rollups:  # a bucket's means, at its middle
+        add(labels.get((r.target, r.uuid), f"{r.target} · {r.kind} ({r.uuid[-8:]})"),
+            r.bucket_start + r.bucket_s / 2, r.mean)
     for d in raw:
-        s = d.sample
-        add(labels[(d.target, s.uuid)], s.kind, d.collected_at, s.sm_active_pct,
-            s.utilization_gpu_pct, s.memory_used_bytes, s.power_w)
+        add(labels[(d.target, d.sample.uuid)], d.collected_at, d.sample)
     return utilisation, memory, power, truncated_to_s
 
 
