@@ -24,13 +24,13 @@ from collector.records import (
     ConfigChange,
     Duration,
     ModelPeaks,
-    ModelRates,
     Prediction,
     Recommendation,
 )
 from collector.store import Store
 from collector.store.migrate import BASELINE_REVISION, alembic_config, baseline_statements
 from collector.store.schema import Base
+from tests.unit.test_store import full_rates
 
 T0 = 1_700_000_040.0
 
@@ -59,13 +59,7 @@ def _insert(conn: Connection, table: str, **values: Any) -> None:
 
 # --------------------------------------------------------------------------- the old rows
 
-RATES = ModelRates(
-    window_s=5.0, requests_per_s=20.0, inferences_per_s=80.0, executions_per_s=10.0,
-    fail_per_s=0.4, fail_per_s_by_reason={"REJECTED": 0.4}, avg_batch_size=8.0,
-    queue_us_per_request=234.5, compute_input_us_per_request=10.0,
-    compute_infer_us_per_request=900.0, compute_output_us_per_request=20.0,
-    request_us_per_request=1234.5, queue_share=0.19, busy_share=0.45, resets=1,
-)
+RATES = full_rates()  # every rate set, as in the store's own tests
 METRICS = {
     "request_success": 100.0, "request_failure_by_reason": {"REJECTED": 2.0},
     "inference_count": 400.0, "exec_count": 50.0, "request_duration_us": 123_456.5,
