@@ -27,10 +27,10 @@ from collector.records import (
     Prediction,
     Recommendation,
 )
-from collector.store import Store
+from collector.store import DetectorStreak, Store
 from collector.store.migrate import BASELINE_REVISION, alembic_config, baseline_statements
 from collector.store.schema import Base
-from tests.unit.test_store import full_rates
+from tests.unit.test_store import QUEUE_FINDING, full_rates
 
 T0 = 1_700_000_040.0
 
@@ -139,12 +139,10 @@ def _insert_old_rows(conn: Connection) -> None:
     _insert(conn, "model_rollups", id=2, model_id=1, bucket_start=T0 - 120, bucket_s=60.0,
             sample_count=1, rated_count=0, rated_s=0.0)
     _insert(conn, "rollup_marks", kind="model", bucket_s=60.0, rolled_until=T0)
-    _insert(conn, "findings", id=1, kind="queue_saturation", severity="warning",
-            target="triton-a", subject="resnet", summary="queue 60% of request time",
-            window_start=T0, window_end=T0 + 60, evidence={"queue_share": 0.6},
-            created_at=T0 + 60)
-    _insert(conn, "detector_streaks", id=1, kind="queue_saturation", target="triton-a",
-            subject="resnet", holding=2, clearing=0, since=T0, evaluated_at=T0 + 60)
+    # Findings and streaks were stored with their records' fields as columns.
+    _insert(conn, "findings", id=1, created_at=T0 + 60, **asdict(QUEUE_FINDING))
+    streak = DetectorStreak("queue_saturation", "triton-a", "resnet", 2, 0, T0, T0 + 60)
+    _insert(conn, "detector_streaks", id=1, **asdict(streak))
     _old_recommendation(conn, recommendation("tune"), "tune")
     _old_recommendation(conn, recommendation("probe", at=T0 + 1), "applied",
                         applied_at=T0 + 30, verification={"verdict": "kept"})
