@@ -36,6 +36,7 @@ __all__ = [
     "ServiceTimeFit",
     "arrival_stats",
     "fit_service_time",
+    "mean_execution_ms",
 ]
 
 CV_FLOOR = 0.05
@@ -157,6 +158,19 @@ class ServiceTimeFit:
         return se / self.mean_ms(batch, per_sample_ms=per_sample_ms)
 
 
+def mean_execution_ms(batches: Sequence[BatchStat]) -> float | None:
+    """Mean time of one execution (ms), whatever its batch size, over ``batches``
+    (``batch_stats`` increases); ``None`` without executions."""
+    executions = sum(b.exec_count for b in batches)
+    if not executions:
+        return None
+    return _mean_ms(sum(b.compute_ns for b in batches), executions)
+
+
+def _mean_ms(total_ns: float, executions: int) -> float:
+    return total_ns / executions / 1e6
+
+
 def fit_service_time(batches: Sequence[BatchStat], *,
                      cv_floor: float = CV_FLOOR) -> ServiceTimeFit | None:
     """Weighted least squares of mean execution time on batch size.
@@ -183,7 +197,7 @@ def fit_service_time(batches: Sequence[BatchStat], *,
         acc[1] += b.compute_ns
     if not sums:
         return None
-    points = tuple(ServicePoint(batch_size=size, executions=n, mean_ms=ns / n / 1e6)
+    points = tuple(ServicePoint(batch_size=size, executions=n, mean_ms=_mean_ms(ns, n))
                    for size, (n, ns) in sorted(sums.items()))
     total = sum(p.executions for p in points)
     largest = points[-1].batch_size

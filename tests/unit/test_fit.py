@@ -12,6 +12,7 @@ from collector.analysis.fit import (
     CV_FLOOR,
     arrival_stats,
     fit_service_time,
+    mean_execution_ms,
 )
 from collector.analysis.rates import batch_stats_increase
 from collector.records import BatchStat, Duration
@@ -195,3 +196,9 @@ def test_arrival_stats_edge_cases() -> None:
         arrival_stats([-1.0, 2.0], [1.0, 1.0])
     with pytest.raises(ValueError):
         arrival_stats([math.nan, 2.0], [1.0, 1.0])
+
+
+def test_mean_execution_time_weighs_every_execution_alike() -> None:
+    # 10 executions of 2 ms and 30 of 6 ms (all three compute phases): 5 ms each.
+    assert mean_execution_ms([stat(1, 10, 2.0), stat(8, 30, 6.0)]) == pytest.approx(5.0)
+    assert mean_execution_ms([]) is None

@@ -9,7 +9,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from collector.analysis.fit import ServiceTimeFit, arrival_stats, fit_service_time
+from collector.analysis.fit import (
+    ServiceTimeFit,
+    arrival_stats,
+    fit_service_time,
+    mean_execution_ms,
+)
 from collector.analysis.rates import (
     batch_stats_increase,
     gauge_mean,
@@ -276,11 +281,7 @@ def _overhead(window: Sequence[ModelSample], rates: ModelRates, batcher: Batcher
               saturated: bool) -> tuple[float | None, float]:
     """(mean measured execution time in ms or None, instance time per execution
     outside it in ms)."""
-    exec_ms = None
-    window_batches = _summed_increase(window)
-    executions = sum(b.exec_count for b in window_batches)
-    if executions:
-        exec_ms = sum(b.compute_ns for b in window_batches) / executions / 1e6
+    exec_ms = mean_execution_ms(_summed_increase(window))
     overhead_ms = 0.0
     if saturated and exec_ms is not None and rates.executions_per_s > 0:
         # Instances never idle while requests queue: the gap between executions is time
