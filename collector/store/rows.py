@@ -105,20 +105,16 @@ class StoredProcess(_Collected):
     sample: ProcessSample
 
 
-@dataclass(frozen=True)
-class ProcessBucket:
+@dataclass(frozen=True, kw_only=True)
+class ProcessBucket(ProcessSample):
     """One process's readings averaged over one time bucket (``bucket`` counts
-    buckets from the start of the read); ``None`` when no sample had the reading."""
+    buckets from the start of the read): a ``ProcessSample`` of the means of its
+    ``cpu_pct`` and ``sm_util_pct`` (``None`` when no sample had the reading; the
+    other readings are not kept)."""
 
     target: str
-    pid: int
-    role: str
-    model: str | None
-    instance_name: str | None
     bucket: int
     sample_count: int
-    cpu_pct: float | None
-    sm_util_pct: float | None
 
 
 @dataclass(frozen=True)

@@ -297,6 +297,8 @@ class SamplesMixin(TargetsMixin):
             *keys,
             bucket.label("bucket"),
             func.count().label("sample_count"),
+            # A process is read by one source; grouping by it would change nothing.
+            func.min(_PROCESS.source).label("source"),
             func.avg(_PROCESS.cpu_pct).label("cpu_pct"),
             func.avg(_PROCESS.sm_util_pct).label("sm_util_pct"),
         )
@@ -308,11 +310,11 @@ class SamplesMixin(TargetsMixin):
         with self._read() as session:
             return [
                 ProcessBucket(
-                    target=r.name, pid=r.pid, role=r.role, model=r.model,
-                    instance_name=r.instance_name, bucket=int(r.bucket),
-                    sample_count=r.sample_count,
+                    source=r.source, pid=r.pid, role=r.role, model=r.model,
+                    instance_name=r.instance_name,
                     cpu_pct=None if r.cpu_pct is None else float(r.cpu_pct),
                     sm_util_pct=None if r.sm_util_pct is None else float(r.sm_util_pct),
+                    target=r.name, bucket=int(r.bucket), sample_count=r.sample_count,
                 )
                 for r in session.execute(stmt)
             ]

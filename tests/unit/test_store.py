@@ -370,6 +370,7 @@ def test_process_buckets_average_per_process_and_bucket(store: Store) -> None:
     assert {(c.target, c.role, c.instance_name) for c in cells if c.pid == 7} == {
         ("host-1", "stub", "m_0_0")}
     assert all(c.sm_util_pct is None for c in cells)
+    assert {(c.source, c.rss_bytes) for c in cells} == {("host", None)}  # means only
     with pytest.raises(ValueError, match="bucket_s"):
         store.process_buckets(since=T0, until=T0 + 1, bucket_s=0.0)
 
