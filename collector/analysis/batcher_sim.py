@@ -41,8 +41,8 @@ execution (the think time of closed-loop clients is not in it).
 
 from __future__ import annotations
 
-import heapq
 import math
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -259,7 +259,7 @@ class _Clients:
             self.client_free = (free if free > t else t) + self.client_ms
             again = self.client_free + (draws[rid] if draws else self.think_ms)
             self.back[rid] = again
-            heapq.heappush(heap, (again, _RETRY, self.client_of[rid]))
+            heappush(heap, (again, _RETRY, self.client_of[rid]))
 
 
 class _Simulation:
@@ -306,7 +306,7 @@ class _Simulation:
         self.batch_size: list[int] = []
         self.batch_members: list[list[int]] = []
         if self.clients is not None:
-            heapq.heappush(self.heap, (0.0, _WAKE, 0))
+            heappush(self.heap, (0.0, _WAKE, 0))
 
     def run(self) -> SimResult:
         # The loop turns once per instant, hundreds of thousands of times a run: what
@@ -339,7 +339,7 @@ class _Simulation:
     def _apply_events(self, t: float) -> None:
         heap, executions, clients = self.heap, self.executions, self.clients
         while heap and heap[0][0] <= t:
-            _, kind, x = heapq.heappop(heap)
+            _, kind, x = heappop(heap)
             if kind == _FREE:
                 self.free.append(x)
                 if executions.free_ends_exec:
@@ -398,7 +398,7 @@ class _Simulation:
         if rid >= self.warm:
             self.rejected_measured += 1
         if self.clients is not None:
-            heapq.heappush(self.heap, (t + retry_after_ms, _RETRY, self.clients.client_of[rid]))
+            heappush(self.heap, (t + retry_after_ms, _RETRY, self.clients.client_of[rid]))
 
     def _form_batches(self, t: float) -> float:
         """Start batches while an instance is free; returns when the batcher wants to
@@ -420,9 +420,13 @@ class _Simulation:
         return math.inf
 
     def _start_batch(self, t: float, members: list[int], instance: int) -> None:
-        number = len(self.batch_size)
+        """``members`` start executing on ``instance`` at ``t``: when it ends, the
+        instance frees (after its overhead) and, for a closed load, the clients hear."""
+        sizes = self.batch_size
+        number = len(sizes)
+        m = len(members)
         executions = self.executions
-        s = executions.mean_ms[len(members)]
+        s = executions.mean_ms[m]
         if executions.multipliers is not None:
             s *= executions.multipliers[number]
         if executions.contended:
@@ -434,19 +438,18 @@ class _Simulation:
             end[rid] = te
         self.batch_start.append(t)
         self.batch_end.append(te)
-        self.batch_size.append(len(members))
+        sizes.append(m)
         heap, overhead = self.heap, executions.overhead_ms
         if overhead > 0:
-            heapq.heappush(heap, (te + overhead, _FREE, instance))
+            heappush(heap, (te + overhead, _FREE, instance))
             if executions.contended:
-                heapq.heappush(heap, (te, _EXEC_END, instance))
+                heappush(heap, (te, _EXEC_END, instance))
         else:
-            heapq.heappush(heap, (te, _FREE, instance))
+            heappush(heap, (te, _FREE, instance))
         clients = self.clients
         if clients is not None:
             self.batch_members.append(members)
-            respond_at = te if clients.staggered else te + clients.think_ms
-            heapq.heappush(heap, (respond_at, _RESPOND, number))
+            heappush(heap, (te if clients.staggered else te + clients.think_ms, _RESPOND, number))
 
     def _schedule_wake(self, want: float, t: float) -> None:
         """Schedule the batcher's next look: the delay it waits for, or (closed loads
@@ -457,7 +460,7 @@ class _Simulation:
             if due_timeout < want:
                 want = due_timeout
         if want < math.inf and (self.wake_at <= t or want < self.wake_at):
-            heapq.heappush(self.heap, (want, _WAKE, 0))
+            heappush(self.heap, (want, _WAKE, 0))
             self.wake_at = want
 
     def _summary(self) -> SimResult:
