@@ -72,7 +72,6 @@ from typing import Any
 
 import psutil
 
-# Run as a script (``python bench/recommend.py``) the repository root is not on the path.
 from collector.analysis.configs import config_with
 from collector.config import Settings, target_from_url
 from collector.records import BatcherConfig, Recommendation

@@ -12,8 +12,9 @@ callback against the 1 s target.
 Filling takes minutes (about 121 000 scrapes of 20 models); ``--keep FILE`` keeps the
 store so ``--reuse FILE`` can time again without filling.
 
-Usage: ``python bench/dashboard.py [--days 7] [--step 5] [--models 20] [--repeat 20]
-[--keep FILE | --reuse FILE]``.
+Usage: ``python bench/dashboard_callbacks.py [--days 7] [--step 5] [--models 20]
+[--repeat 20] [--keep FILE | --reuse FILE]``. (Not ``bench/dashboard.py``: a script of
+that name would shadow the ``dashboard`` package it times.)
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def time_callbacks(url: str, *, repeat: int, model: str) -> dict[str, list[float
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, list[float]]:
-    parser = argparse.ArgumentParser(prog="bench/dashboard.py", description=__doc__)
+    parser = argparse.ArgumentParser(prog="bench/dashboard_callbacks.py", description=__doc__)
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--step", type=float, default=5.0, help="seconds between scrapes")
     parser.add_argument("--models", type=int, default=20)
