@@ -11,35 +11,44 @@ from collector.records import Recommendation
 
 __all__ = ["render_findings", "render_recommendation", "render_status"]
 
-# (header, field): a status row's fields under the names of the records it composes
-# (``ModelRates``, ``BatcherConfig``, ``DeviceSample``, ``ProcessSample``); the headers
-# are short for the terminal.
+# (header, path): a status row's fields by their dotted path in the records it composes
+# (``rates.requests_per_s`` is ``ModelRates.requests_per_s``); the headers are short for
+# the terminal.
 MODEL_COLUMNS = (
     ("target", "target"), ("model", "model"), ("version", "version"),
-    ("qps", "requests_per_s"), ("infer/s", "inferences_per_s"), ("exec/s", "executions_per_s"),
-    ("batch", "avg_batch_size"), ("queue_us", "queue_us_per_request"),
-    ("infer_us", "compute_infer_us_per_request"), ("request_us", "request_us_per_request"),
-    ("queue_share", "queue_share"), ("busy_share", "busy_share"),
-    ("pending", "pending_request_count"), ("fail/s", "fail_per_s"),
-    ("dyn_batching", "dynamic_batching"), ("max_delay_us", "max_queue_delay_us"),
-    ("preferred", "preferred_batch_sizes"), ("max_batch", "max_batch_size"),
-    ("instances", "instance_count"))
-DEVICE_COLUMNS = tuple((c, c) for c in (
-    "target", "source", "kind", "uuid", "name", "utilization_gpu_pct", "sm_active_pct",
-    "memory_used_bytes", "memory_total_bytes", "power_w"))
-PROCESS_COLUMNS = tuple((c, c) for c in (
-    "target", "pid", "role", "model", "instance_name", "cpu_pct", "rss_bytes", "sm_util_pct"))
+    ("qps", "rates.requests_per_s"), ("infer/s", "rates.inferences_per_s"),
+    ("exec/s", "rates.executions_per_s"), ("batch", "rates.avg_batch_size"),
+    ("queue_us", "rates.queue_us_per_request"),
+    ("infer_us", "rates.compute_infer_us_per_request"),
+    ("request_us", "rates.request_us_per_request"), ("queue_share", "rates.queue_share"),
+    ("busy_share", "rates.busy_share"), ("pending", "pending_request_count"),
+    ("fail/s", "rates.fail_per_s"), ("dyn_batching", "config.dynamic_batching"),
+    ("max_delay_us", "config.max_queue_delay_us"),
+    ("preferred", "config.preferred_batch_sizes"), ("max_batch", "config.max_batch_size"),
+    ("instances", "config.instance_count"))
+DEVICE_COLUMNS = (("target", "target"), *((c, f"sample.{c}") for c in (
+    "source", "kind", "uuid", "name", "utilization_gpu_pct", "sm_active_pct",
+    "memory_used_bytes", "memory_total_bytes", "power_w")))
+PROCESS_COLUMNS = (
+    ("target", "target"), *((c, f"sample.{c}") for c in ("pid", "role", "model",
+                                                         "instance_name")),
+    ("cpu_pct", "cpu_pct_mean"), ("rss_bytes", "sample.rss_bytes"),
+    ("sm_util_pct", "gpu.sm_util_pct"))
 
 
 def _flat(row: Any) -> dict[str, object]:
-    """A status row's fields with those of the records it holds lifted beside them
-    (``rates.requests_per_s`` is ``requests_per_s``)."""
+    """A status row's fields by dotted path (``rates.requests_per_s``); a mapping that is
+    a value itself (failures by reason) stays whole."""
     flat: dict[str, object] = {}
-    for key, value in asdict(row).items():
-        if isinstance(value, dict) and key not in ("fail_per_s_by_reason",):
-            flat.update({k: v for k, v in value.items() if k not in flat})
+
+    def walk(prefix: str, value: object) -> None:
+        if isinstance(value, dict) and not prefix.endswith("fail_per_s_by_reason"):
+            for key, inner in value.items():
+                walk(f"{prefix}.{key}" if prefix else key, inner)
         else:
-            flat[key] = value
+            flat[prefix] = value
+
+    walk("", asdict(row))
     return flat
 
 
