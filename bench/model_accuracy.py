@@ -43,6 +43,41 @@ def _short(config: BatcherConfig) -> str:
     return f"d{config.max_queue_delay_us} [{sizes}] x{config.instance_count}"
 
 
+def _grid_predictions(model: Any, grid: list[dict[str, Any]], measured: dict[str, Any],
+                      objective: float) -> tuple[list[str], list[float], list[float],
+                                                 tuple[float, str] | None,
+                                                 dict[str, tuple[float, float]]]:
+    """The model's prediction against the sweep's measurement for every grid config:
+    printable lines, |QPS| and |p95| errors, the model's best pick under the objective,
+    and the signed errors by config name."""
+    lines: list[str] = []
+    q_err: list[float] = []
+    p_err: list[float] = []
+    best_pred: tuple[float, str] | None = None
+    errors: dict[str, tuple[float, float]] = {}
+    for doc in grid:
+        config = _batcher(doc)
+        name = _short(config)
+        m = measured.get(name)
+        if m is None or not m["qps"]:
+            continue
+        pred = model.predict(config)
+        qe = (pred.qps - m["qps"]) / m["qps"]
+        pe = ((pred.p95_ms - m["p95_ms"]) / m["p95_ms"]
+              if m["p95_ms"] and pred.p95_ms is not None else float("nan"))
+        errors[name] = (qe, pe)
+        q_err.append(abs(qe))
+        if pe == pe:
+            p_err.append(abs(pe))
+        if pred.p95_ms is not None and pred.p95_ms <= objective and (
+                best_pred is None or pred.qps > best_pred[0]):
+            best_pred = (pred.qps, name)
+        lines.append(f"    {name:<18} measured {m['qps']:6.0f}/{m['p95_ms'] or 0:6.1f}  "
+                     f"predicted {pred.qps:6.0f}/{pred.p95_ms or 0:6.1f}  "
+                     f"err {qe:+5.0%} {pe:+5.0%}")
+    return lines, q_err, p_err, best_pred, errors
+
+
 def replay(report: dict[str, Any], stores: Path, *, detail: bool = False,
            overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One summary per row (case, concurrency); prints as it goes."""
@@ -68,31 +103,8 @@ def replay(report: dict[str, Any], stores: Path, *, detail: bool = False,
         measured = {p["config"]: p["measure"] for p in sweep["points"]
                     if p["concurrency"] == row["concurrency"]}
         objective = row["objective_p95_ms"]
-        lines = []
-        q_err: list[float] = []
-        p_err: list[float] = []
-        best_pred: tuple[float, str] | None = None
-        errors: dict[str, tuple[float, float]] = {}
-        for doc in sweep["grid"]:
-            config = _batcher(doc)
-            name = _short(config)
-            m = measured.get(name)
-            if m is None or not m["qps"]:
-                continue
-            pred = model.predict(config)
-            qe = (pred.qps - m["qps"]) / m["qps"]
-            pe = ((pred.p95_ms - m["p95_ms"]) / m["p95_ms"]
-                  if m["p95_ms"] and pred.p95_ms is not None else float("nan"))
-            errors[name] = (qe, pe)
-            q_err.append(abs(qe))
-            if pe == pe:
-                p_err.append(abs(pe))
-            if pred.p95_ms is not None and pred.p95_ms <= objective and (
-                    best_pred is None or pred.qps > best_pred[0]):
-                best_pred = (pred.qps, name)
-            lines.append(f"    {name:<18} measured {m['qps']:6.0f}/{m['p95_ms'] or 0:6.1f}  "
-                         f"predicted {pred.qps:6.0f}/{pred.p95_ms or 0:6.1f}  "
-                         f"err {qe:+5.0%} {pe:+5.0%}")
+        grid = _grid_predictions(model, sweep["grid"], measured, objective)
+        lines, q_err, p_err, best_pred, errors = grid
         ok = {n: m for n, m in measured.items()
               if m["errors"] == 0 and m["p95_ms"] is not None and m["p95_ms"] <= objective}
         best_name = max(ok, key=lambda n: ok[n]["qps"]) if ok else None
