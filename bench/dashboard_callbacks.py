@@ -47,12 +47,23 @@ def _loads(models: int) -> list[Load]:
     out = []
     for i in range(models):
         batching = i % 2 == 0
-        config = model_config(f"model_{i:02d}", batching=batching,
-                              preferred=(8, 16) if batching else (), delay_us=2000)
-        out.append(Load(config=config, qps=50.0 + 10 * i, request_ms=20.0 + i,
-                        queue_share=0.3 if batching else 0.8,
-                        batch_mix={4: 0.3, 8: 0.4, 16: 0.3} if batching else {1: 1.0},
-                        cost_ms=lambda b: 4.0 + 0.5 * b, pending=3.0))
+        config = model_config(
+            f"model_{i:02d}",
+            batching=batching,
+            preferred=(8, 16) if batching else (),
+            delay_us=2000,
+        )
+        out.append(
+            Load(
+                config=config,
+                qps=50.0 + 10 * i,
+                request_ms=20.0 + i,
+                queue_share=0.3 if batching else 0.8,
+                batch_mix={4: 0.3, 8: 0.4, 16: 0.3} if batching else {1: 1.0},
+                cost_ms=lambda b: 4.0 + 0.5 * b,
+                pending=3.0,
+            )
+        )
     return out
 
 
@@ -61,26 +72,56 @@ def _gpu_tick(i: int) -> list[DeviceSample]:
     wave = (i % 17280) / 17280.0  # one day of 5 s ticks
     busy = 20.0 + 60.0 * abs(0.5 - wave)
     return [
-        DeviceSample(source="nvml", uuid="GPU-00000000-0000-0000-0000-000000000000",
-                     index=0, name="NVIDIA H200", utilization_gpu_pct=busy,
-                     memory_used_bytes=40 * GIB, memory_total_bytes=140 * GIB, power_w=300.0),
-        DeviceSample(source="nvml", uuid="GPU-00000000-0000-0000-0000-000000000001",
-                     index=1, name="NVIDIA H200", memory_used_bytes=30 * GIB,
-                     memory_total_bytes=140 * GIB, power_w=250.0),
-        *(DeviceSample(source="nvml", uuid=f"MIG-00000000-0000-0000-0000-00000000000{j}",
-                       kind="mig", name="NVIDIA H200 MIG 3g.70gb",
-                       parent_uuid="GPU-00000000-0000-0000-0000-000000000001",
-                       gpu_instance_id=j, compute_instance_id=0, sm_active_pct=busy / j,
-                       memory_used_bytes=15 * GIB, memory_total_bytes=70 * GIB)
-          for j in (1, 2)),
+        DeviceSample(
+            source="nvml",
+            uuid="GPU-00000000-0000-0000-0000-000000000000",
+            index=0,
+            name="NVIDIA H200",
+            utilization_gpu_pct=busy,
+            memory_used_bytes=40 * GIB,
+            memory_total_bytes=140 * GIB,
+            power_w=300.0,
+        ),
+        DeviceSample(
+            source="nvml",
+            uuid="GPU-00000000-0000-0000-0000-000000000001",
+            index=1,
+            name="NVIDIA H200",
+            memory_used_bytes=30 * GIB,
+            memory_total_bytes=140 * GIB,
+            power_w=250.0,
+        ),
+        *(
+            DeviceSample(
+                source="nvml",
+                uuid=f"MIG-00000000-0000-0000-0000-00000000000{j}",
+                kind="mig",
+                name="NVIDIA H200 MIG 3g.70gb",
+                parent_uuid="GPU-00000000-0000-0000-0000-000000000001",
+                gpu_instance_id=j,
+                compute_instance_id=0,
+                sm_active_pct=busy / j,
+                memory_used_bytes=15 * GIB,
+                memory_total_bytes=70 * GIB,
+            )
+            for j in (1, 2)
+        ),
     ]
 
 
 def _process_tick(models: int) -> list[ProcessSample]:
     """One Python-backend stub per model (the CPU testbed's model instances)."""
-    return [ProcessSample(source="host", pid=1000 + i, role="stub", model=f"model_{i:02d}",
-                          instance_name=f"model_{i:02d}_0_0", cpu_pct=10.0 + i)
-            for i in range(models)]
+    return [
+        ProcessSample(
+            source="host",
+            pid=1000 + i,
+            role="stub",
+            model=f"model_{i:02d}",
+            instance_name=f"model_{i:02d}_0_0",
+            cpu_pct=10.0 + i,
+        )
+        for i in range(models)
+    ]
 
 
 def fill(url: str, *, days: float, step: float, models: int, end: float) -> None:
@@ -104,17 +145,34 @@ def fill(url: str, *, days: float, step: float, models: int, end: float) -> None
             store.rollup(chunk + seconds, bucket_s=300.0)
             chunk += seconds + step
             done = (chunk - start) / (end - start)
-            print(f"\r  filled {done:5.1%} in {time.monotonic() - t0:6.0f} s", end="",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\r  filled {done:5.1%} in {time.monotonic() - t0:6.0f} s",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
         print(file=sys.stderr)
         scrape_ok(store, TARGET, end)
         for i, load in enumerate(loads):
-            store.add_finding(kind="batching_off" if i % 2 else "batch_below_preferred",
-                              severity="warning", target=TARGET, subject=load.config.model,
-                              summary="synthetic", window_start=end - 600, window_end=end,
-                              evidence={"avg_batch_size": 1.0}, created_at=end - 60)
-            store_recommendation(store, target=TARGET, config=load.config, qps=load.qps,
-                                 p95_ms=load.request_ms * 2, created_at=end - 30)
+            store.add_finding(
+                kind="batching_off" if i % 2 else "batch_below_preferred",
+                severity="warning",
+                target=TARGET,
+                subject=load.config.model,
+                summary="synthetic",
+                window_start=end - 600,
+                window_end=end,
+                evidence={"avg_batch_size": 1.0},
+                created_at=end - 60,
+            )
+            store_recommendation(
+                store,
+                target=TARGET,
+                config=load.config,
+                qps=load.qps,
+                p95_ms=load.request_ms * 2,
+                created_at=end - 30,
+            )
     finally:
         store.close()
 
@@ -126,6 +184,7 @@ def _serialised(value: Any) -> int:
 
 def callbacks(queries: DashboardQueries, model: str) -> dict[str, Callable[[], int]]:
     """What each page's callbacks do per refresh, end to end but for the network."""
+
     def overview() -> int:
         data = queries.overview(window_s=60.0)
         rows = components.sort_rows(components.filter_rows(data.models, None), "name")
@@ -134,15 +193,17 @@ def callbacks(queries: DashboardQueries, model: str) -> dict[str, Callable[[], i
     def model_page(range_name: str) -> Callable[[], int]:
         def run() -> int:
             d = queries.model_detail(TARGET, model, range_name=range_name)
-            figs = [figures.qps_figure(d.series, "dark"),
-                    figures.batch_size_figure(d.series, "dark", preferred=[8, 16],
-                                              max_batch_size=32),
-                    figures.latency_figure(d.series, "dark"),
-                    figures.pending_figure(d.series, "dark"),
-                    figures.failures_figure(d.series, "dark"),
-                    figures.distribution_figure(d.distribution, "dark", preferred=[8, 16]),
-                    figures.service_time_figure(d.service_time, "dark")]
+            figs = [
+                figures.qps_figure(d.series, "dark"),
+                figures.batch_size_figure(d.series, "dark", preferred=[8, 16], max_batch_size=32),
+                figures.latency_figure(d.series, "dark"),
+                figures.pending_figure(d.series, "dark"),
+                figures.failures_figure(d.series, "dark"),
+                figures.distribution_figure(d.distribution, "dark", preferred=[8, 16]),
+                figures.service_time_figure(d.service_time, "dark"),
+            ]
             return _serialised(to_json(d)) + sum(_serialised(f) for f in figs)
+
         return run
 
     def recommendations() -> int:
@@ -155,18 +216,26 @@ def callbacks(queries: DashboardQueries, model: str) -> dict[str, Callable[[], i
     def devices(range_name: str) -> Callable[[], int]:
         def run() -> int:
             v = queries.devices(range_name=range_name)
-            figs = [figures.heatmap_figure(v.devices, v.t, "dark", title="devices"),
-                    figures.heatmap_figure(v.processes, v.t, "dark", title="processes"),
-                    figures.rows_figure(v.memory_used_gb, v.t, "dark", title="memory",
-                                        y_title="GB"),
-                    figures.rows_figure(v.power_w, v.t, "dark", title="power", y_title="W")]
+            figs = [
+                figures.heatmap_figure(v.devices, v.t, "dark", title="devices"),
+                figures.heatmap_figure(v.processes, v.t, "dark", title="processes"),
+                figures.rows_figure(v.memory_used_gb, v.t, "dark", title="memory", y_title="GB"),
+                figures.rows_figure(v.power_w, v.t, "dark", title="power", y_title="W"),
+            ]
             return _serialised(to_json(v)) + sum(_serialised(f) for f in figs)
+
         return run
 
-    return {"overview": overview, "model 1h": model_page("1h"),
-            "model 24h": model_page("24h"), "model 7d": model_page("7d"),
-            "recommendations": recommendations, "findings": findings,
-            "devices 6h": devices("6h"), "devices 7d": devices("7d")}
+    return {
+        "overview": overview,
+        "model 1h": model_page("1h"),
+        "model 24h": model_page("24h"),
+        "model 7d": model_page("7d"),
+        "recommendations": recommendations,
+        "findings": findings,
+        "devices 6h": devices("6h"),
+        "devices 7d": devices("7d"),
+    }
 
 
 def time_callbacks(url: str, *, repeat: int, model: str) -> dict[str, list[float]]:
@@ -202,22 +271,31 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[float]]:
         url = f"sqlite:///{path}"
         if not args.reuse:
             path.unlink(missing_ok=True)
-            print(f"filling {args.days:g} days x {args.models} models every {args.step:g} s "
-                  f"into {path.name} ...", file=sys.stderr)
+            print(
+                f"filling {args.days:g} days x {args.models} models every {args.step:g} s "
+                f"into {path.name} ...",
+                file=sys.stderr,
+            )
             t0 = time.monotonic()
             fill(url, days=args.days, step=args.step, models=args.models, end=time.time())
-            print(f"  filled in {time.monotonic() - t0:.0f} s, "
-                  f"{path.stat().st_size / 1e6:.0f} MB", file=sys.stderr)
+            print(
+                f"  filled in {time.monotonic() - t0:.0f} s, {path.stat().st_size / 1e6:.0f} MB",
+                file=sys.stderr,
+            )
         timings = time_callbacks(url, repeat=args.repeat, model="model_00")
-    print(f"{'callback':<16} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}  target p95 < "
-          f"{TARGET_S * 1000:.0f} ms")
+    print(
+        f"{'callback':<16} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}  target p95 < "
+        f"{TARGET_S * 1000:.0f} ms"
+    )
     worst = 0.0
     for name, samples in timings.items():
         ordered = sorted(samples)
         p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
         worst = max(worst, p95)
-        print(f"{name:<16} {statistics.median(samples) * 1000:8.1f} {p95 * 1000:8.1f} "
-              f"{max(samples) * 1000:8.1f}  {'ok' if p95 < TARGET_S else 'SLOW'}")
+        print(
+            f"{name:<16} {statistics.median(samples) * 1000:8.1f} {p95 * 1000:8.1f} "
+            f"{max(samples) * 1000:8.1f}  {'ok' if p95 < TARGET_S else 'SLOW'}"
+        )
     print(f"worst p95 {worst * 1000:.0f} ms: target {'met' if worst < TARGET_S else 'NOT met'}")
     if args.json:
         Path(args.json).write_text(json.dumps(timings, indent=2))

@@ -43,10 +43,11 @@ def _short(config: BatcherConfig) -> str:
     return f"d{config.max_queue_delay_us} [{sizes}] x{config.instance_count}"
 
 
-def _grid_predictions(model: Any, grid: list[dict[str, Any]], measured: dict[str, Any],
-                      objective: float) -> tuple[list[str], list[float], list[float],
-                                                 tuple[float, str] | None,
-                                                 dict[str, tuple[float, float]]]:
+def _grid_predictions(
+    model: Any, grid: list[dict[str, Any]], measured: dict[str, Any], objective: float
+) -> tuple[
+    list[str], list[float], list[float], tuple[float, str] | None, dict[str, tuple[float, float]]
+]:
     """The model's prediction against the sweep's measurement for every grid config:
     printable lines, |QPS| and |p95| errors, the model's best pick under the objective,
     and the signed errors by config name."""
@@ -63,23 +64,36 @@ def _grid_predictions(model: Any, grid: list[dict[str, Any]], measured: dict[str
             continue
         pred = model.predict(config)
         qe = (pred.qps - m["qps"]) / m["qps"]
-        pe = ((pred.p95_ms - m["p95_ms"]) / m["p95_ms"]
-              if m["p95_ms"] and pred.p95_ms is not None else float("nan"))
+        pe = (
+            (pred.p95_ms - m["p95_ms"]) / m["p95_ms"]
+            if m["p95_ms"] and pred.p95_ms is not None
+            else float("nan")
+        )
         errors[name] = (qe, pe)
         q_err.append(abs(qe))
         if pe == pe:
             p_err.append(abs(pe))
-        if pred.p95_ms is not None and pred.p95_ms <= objective and (
-                best_pred is None or pred.qps > best_pred[0]):
+        if (
+            pred.p95_ms is not None
+            and pred.p95_ms <= objective
+            and (best_pred is None or pred.qps > best_pred[0])
+        ):
             best_pred = (pred.qps, name)
-        lines.append(f"    {name:<18} measured {m['qps']:6.0f}/{m['p95_ms'] or 0:6.1f}  "
-                     f"predicted {pred.qps:6.0f}/{pred.p95_ms or 0:6.1f}  "
-                     f"err {qe:+5.0%} {pe:+5.0%}")
+        lines.append(
+            f"    {name:<18} measured {m['qps']:6.0f}/{m['p95_ms'] or 0:6.1f}  "
+            f"predicted {pred.qps:6.0f}/{pred.p95_ms or 0:6.1f}  "
+            f"err {qe:+5.0%} {pe:+5.0%}"
+        )
     return lines, q_err, p_err, best_pred, errors
 
 
-def replay(report: dict[str, Any], stores: Path, *, detail: bool = False,
-           overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def replay(
+    report: dict[str, Any],
+    stores: Path,
+    *,
+    detail: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """One summary per row (case, concurrency); prints as it goes."""
     out: list[dict[str, Any]] = []
     for row in report["rows"]:
@@ -92,50 +106,72 @@ def replay(report: dict[str, Any], stores: Path, *, detail: bool = False,
         store = Store(f"sqlite:///{db}")
         try:
             settings = RecommendSettings(window_s=last["window_s"], **(overrides or {}))
-            obs = observe_model(store, last["target"], row["model"], settings=settings,
-                                now=last["ended_at"])
+            obs = observe_model(
+                store, last["target"], row["model"], settings=settings, now=last["ended_at"]
+            )
         finally:
             store.close()
         model = batcher_model(obs, settings) if obs is not None else None
         if model is None:
             print(f"({row['case']}) c={row['concurrency']}: no model (too little data)")
             continue
-        measured = {p["config"]: p["measure"] for p in sweep["points"]
-                    if p["concurrency"] == row["concurrency"]}
+        measured = {
+            p["config"]: p["measure"]
+            for p in sweep["points"]
+            if p["concurrency"] == row["concurrency"]
+        }
         objective = row["objective_p95_ms"]
         grid = _grid_predictions(model, sweep["grid"], measured, objective)
         lines, q_err, p_err, best_pred, errors = grid
-        ok = {n: m for n, m in measured.items()
-              if m["errors"] == 0 and m["p95_ms"] is not None and m["p95_ms"] <= objective}
+        ok = {
+            n: m
+            for n, m in measured.items()
+            if m["errors"] == 0 and m["p95_ms"] is not None and m["p95_ms"] <= objective
+        }
         best_name = max(ok, key=lambda n: ok[n]["qps"]) if ok else None
         pick = best_pred[1] if best_pred else None
-        ratio = (measured[pick]["qps"] / ok[best_name]["qps"]
-                 if pick and best_name and pick in measured else None)
+        ratio = (
+            measured[pick]["qps"] / ok[best_name]["qps"]
+            if pick and best_name and pick in measured
+            else None
+        )
         summary = {
-            "case": row["case"], "concurrency": row["concurrency"],
-            "population": obs.population, "think_ms": obs.think_ms, "scale": model.scale,
+            "case": row["case"],
+            "concurrency": row["concurrency"],
+            "population": obs.population,
+            "think_ms": obs.think_ms,
+            "scale": model.scale,
             "qps_err_median": statistics.median(q_err) if q_err else None,
             "qps_err_max": max(q_err) if q_err else None,
             "p95_err_median": statistics.median(p_err) if p_err else None,
             "p95_err_max": max(p_err) if p_err else None,
-            "model_pick": pick, "sweep_best": best_name, "grid_ratio": ratio,
+            "model_pick": pick,
+            "sweep_best": best_name,
+            "grid_ratio": ratio,
         }
         out.append(summary)
-        print(f"({row['case']}) c={row['concurrency']}: N={obs.population} "
-              f"Z={obs.think_ms:.2f} ms (least {obs.least_think_ms:.2f}) "
-              f"scale={model.scale:.2f} "
-              f"fit {obs.fit.intercept_ms:.2f}+{obs.fit.per_sample_ms:.3f}/sample "
-              f"overhead={obs.overhead_ms:.2f} cpu={obs.cpu_fraction:.2f} "
-              f"cores={obs.cores_available}")
+        print(
+            f"({row['case']}) c={row['concurrency']}: N={obs.population} "
+            f"Z={obs.think_ms:.2f} ms (least {obs.least_think_ms:.2f}) "
+            f"scale={model.scale:.2f} "
+            f"fit {obs.fit.intercept_ms:.2f}+{obs.fit.per_sample_ms:.3f}/sample "
+            f"overhead={obs.overhead_ms:.2f} cpu={obs.cpu_fraction:.2f} "
+            f"cores={obs.cores_available}"
+        )
         if detail:
             print("\n".join(lines))
-        print(f"    QPS error median {summary['qps_err_median']:.0%} max "
-              f"{summary['qps_err_max']:.0%}; p95 error median "
-              f"{summary['p95_err_median']:.0%} max {summary['p95_err_max']:.0%}; "
-              f"model's pick {pick} vs sweep-best {best_name}: ratio "
-              + (f"{ratio:.2f}" if ratio is not None else "-")
-              + (f"; pick's error QPS {errors[pick][0]:+.0%} p95 {errors[pick][1]:+.0%}"
-                 if pick in errors else ""))
+        print(
+            f"    QPS error median {summary['qps_err_median']:.0%} max "
+            f"{summary['qps_err_max']:.0%}; p95 error median "
+            f"{summary['p95_err_median']:.0%} max {summary['p95_err_max']:.0%}; "
+            f"model's pick {pick} vs sweep-best {best_name}: ratio "
+            + (f"{ratio:.2f}" if ratio is not None else "-")
+            + (
+                f"; pick's error QPS {errors[pick][0]:+.0%} p95 {errors[pick][1]:+.0%}"
+                if pick in errors
+                else ""
+            )
+        )
     return out
 
 
@@ -144,8 +180,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--json", required=True, help="bench/recommend.py --json output")
     parser.add_argument("--stores", required=True, help="its --keep-stores folder")
     parser.add_argument("--detail", action="store_true", help="print every grid config")
-    parser.add_argument("--think-cv", type=float, default=None,
-                        help="replay with this RecommendSettings.client_think_cv")
+    parser.add_argument(
+        "--think-cv",
+        type=float,
+        default=None,
+        help="replay with this RecommendSettings.client_think_cv",
+    )
     args = parser.parse_args(argv)
     report = json.loads(Path(args.json).read_text())
     overrides = {} if args.think_cv is None else {"client_think_cv": args.think_cv}

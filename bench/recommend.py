@@ -144,35 +144,53 @@ def strict_slo_p95_ms(concurrency: int) -> float:
 
 
 def _spec(name: str, fixed_ms: float, per_sample_ms: float) -> ModelSpec:
-    return ModelSpec(name, fixed_ms=fixed_ms, per_sample_ms=per_sample_ms,
-                     max_batch_size=MAX_BATCH_SIZE, dynamic_batching=False, instance_count=1)
+    return ModelSpec(
+        name,
+        fixed_ms=fixed_ms,
+        per_sample_ms=per_sample_ms,
+        max_batch_size=MAX_BATCH_SIZE,
+        dynamic_batching=False,
+        instance_count=1,
+    )
 
 
 CASES: dict[str, Case] = {
     "a": Case("a", _spec("fixed_cost", 8.0, 0.3), "large fixed cost per execution"),
     "b": Case("b", _spec("linear", 0.5, 2.0), "cost nearly linear in batch size"),
-    "c": Case("c", _spec("strict_slo", 8.0, 0.3), "(a) under a strict p95 objective",
-              strict_slo=True, sweep_like="a"),
+    "c": Case(
+        "c",
+        _spec("strict_slo", 8.0, 0.3),
+        "(a) under a strict p95 objective",
+        strict_slo=True,
+        sweep_like="a",
+    ),
 }
 
 BASELINE = BatcherConfig(max_batch_size=MAX_BATCH_SIZE, dynamic_batching=False, instance_count=1)
 
-FULL_GRID = dict(delays=(0, 500, 1000, 2000, 5000),
-                 preferred=((), (4, 8), (8, 16), (16, 32)), instances=(1, 2))
+FULL_GRID = dict(
+    delays=(0, 500, 1000, 2000, 5000), preferred=((), (4, 8), (8, 16), (16, 32)), instances=(1, 2)
+)
 QUICK_GRID = dict(delays=(0, 2000), preferred=((), (8, 16)), instances=(1,))
 
 
-def grid_configs(delays: Iterable[int], preferred: Iterable[tuple[int, ...]],
-                 instances: Iterable[int]) -> list[BatcherConfig]:
+def grid_configs(
+    delays: Iterable[int], preferred: Iterable[tuple[int, ...]], instances: Iterable[int]
+) -> list[BatcherConfig]:
     """The baseline followed by every grid point (delay-major order)."""
     configs = [BASELINE]
     for delay in delays:
         for sizes in preferred:
             for count in instances:
-                configs.append(BatcherConfig(
-                    max_batch_size=MAX_BATCH_SIZE, dynamic_batching=True,
-                    preferred_batch_sizes=tuple(sizes), max_queue_delay_us=delay,
-                    instance_count=count))
+                configs.append(
+                    BatcherConfig(
+                        max_batch_size=MAX_BATCH_SIZE,
+                        dynamic_batching=True,
+                        preferred_batch_sizes=tuple(sizes),
+                        max_queue_delay_us=delay,
+                        instance_count=count,
+                    )
+                )
     return configs
 
 
@@ -215,14 +233,21 @@ class Measure:
 
     @classmethod
     def of(cls, result: LoadResult, t_start: float = 0.0, t_end: float = 0.0) -> Measure:
-        return cls(qps=result.qps, p95_ms=result.p95_ms, p50_ms=result.p50_ms,
-                   errors=result.errors, duration_s=result.duration_s, t_start=t_start,
-                   t_end=t_end)
+        return cls(
+            qps=result.qps,
+            p95_ms=result.p95_ms,
+            p50_ms=result.p50_ms,
+            errors=result.errors,
+            duration_s=result.duration_s,
+            t_start=t_start,
+            t_end=t_end,
+        )
 
     @property
     def disturbed(self) -> bool:
-        return ((self.foreign_cores or 0.0) >= DISTURBED_FOREIGN_CORES
-                or (self.steal_share or 0.0) >= DISTURBED_STEAL)
+        return (self.foreign_cores or 0.0) >= DISTURBED_FOREIGN_CORES or (
+            self.steal_share or 0.0
+        ) >= DISTURBED_STEAL
 
     def short(self) -> str:
         p95 = f"{self.p95_ms:.1f}" if self.p95_ms is not None else "-"
@@ -230,8 +255,7 @@ class Measure:
 
 
 def meets(measure: Measure, objective_p95_ms: float) -> bool:
-    return (measure.errors == 0 and measure.p95_ms is not None
-            and measure.p95_ms <= objective_p95_ms)
+    return measure.errors == 0 and measure.p95_ms is not None and measure.p95_ms <= objective_p95_ms
 
 
 @dataclass
@@ -336,8 +360,7 @@ class Row:
 
     @property
     def p95_error(self) -> float | None:
-        if (self.recommended is None or self.predicted_p95_ms is None
-                or not self.recommended.p95_ms):
+        if self.recommended is None or self.predicted_p95_ms is None or not self.recommended.p95_ms:
             return None
         return abs(self.predicted_p95_ms - self.recommended.p95_ms) / self.recommended.p95_ms
 
@@ -349,8 +372,7 @@ class Row:
 
     @property
     def recommended_meets_objective(self) -> bool | None:
-        return None if self.recommended is None else meets(self.recommended,
-                                                           self.objective_p95_ms)
+        return None if self.recommended is None else meets(self.recommended, self.objective_p95_ms)
 
     @property
     def not_worse_than_baseline(self) -> bool | None:
@@ -366,8 +388,15 @@ class Row:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        for name in ("ratio", "paired_ratio", "qps_error", "p95_error", "gain",
-                     "recommended_meets_objective", "not_worse_than_baseline"):
+        for name in (
+            "ratio",
+            "paired_ratio",
+            "qps_error",
+            "p95_error",
+            "gain",
+            "recommended_meets_objective",
+            "not_worse_than_baseline",
+        ):
             data[name] = getattr(self, name)
         return data
 
@@ -394,13 +423,17 @@ class BenchReport:
         raise KeyError((case, concurrency))
 
     def to_json(self) -> str:
-        return json.dumps({
-            "options": self.options,
-            "rows": [r.to_dict() for r in self.rows],
-            "sweeps": {k: dataclasses.asdict(s) for k, s in self.sweeps.items()},
-            "targets": [dataclasses.asdict(t) for t in self.targets],
-            "wall_s": self.wall_s,
-        }, indent=2, default=str)
+        return json.dumps(
+            {
+                "options": self.options,
+                "rows": [r.to_dict() for r in self.rows],
+                "sweeps": {k: dataclasses.asdict(s) for k, s in self.sweeps.items()},
+                "targets": [dataclasses.asdict(t) for t in self.targets],
+                "wall_s": self.wall_s,
+            },
+            indent=2,
+            default=str,
+        )
 
 
 # --------------------------------------------------------------------------- options
@@ -428,37 +461,72 @@ class Options:
 def parse_options(argv: Sequence[str] | None) -> Options:
     parser = argparse.ArgumentParser(
         prog="bench/recommend.py",
-        description="Recommended batching config vs an exhaustive sweep on the CPU testbed.")
-    parser.add_argument("--quick", action="store_true",
-                        help="CI mode: concurrency 16, a 2x2x1 grid, shorter windows")
+        description="Recommended batching config vs an exhaustive sweep on the CPU testbed.",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI mode: concurrency 16, a 2x2x1 grid, shorter windows",
+    )
     parser.add_argument("--cases", default="a,b,c", help="comma-separated, of a,b,c")
-    parser.add_argument("--concurrency", default=None,
-                        help="comma-separated closed-loop concurrencies (default 8,16,32; "
-                             "16 with --quick)")
-    parser.add_argument("--seconds", type=float, default=None,
-                        help="seconds per baseline/recommended measurement (default 4; 3 "
-                             "with --quick)")
-    parser.add_argument("--sweep-seconds", type=float, default=None,
-                        help="seconds per sweep measurement (default 3, which keeps the "
-                             "full bench near 20 minutes on 2 cores)")
-    parser.add_argument("--observe-seconds", type=float, default=None,
-                        help="seconds per observation window (default 12; 8 with --quick)")
-    parser.add_argument("--warmup-seconds", type=float, default=1.0,
-                        help="load after each reload before measuring (default 1)")
-    parser.add_argument("--probe-rounds", type=int, default=2,
-                        help="probe recommendations applied at most (default 2)")
-    parser.add_argument("--confirm", type=int, default=None, metavar="N",
-                        help="after the sweep, re-measure the recommended and the "
-                             "sweep-best config N times each, alternating, for a paired "
-                             "ratio that single noisy runs and picking the best of many "
-                             "cannot bias (default 2; 0 with --quick)")
-    parser.add_argument("--sweep-only", action="store_true",
-                        help="baseline and sweep only, without the recommender")
-    parser.add_argument("--json", dest="json_path", metavar="FILE",
-                        help="write the raw results as JSON to FILE")
-    parser.add_argument("--keep-stores", metavar="DIR",
-                        help="keep each observation's SQLite store in DIR (as "
-                             "CASE_cN.db), so bench/model_accuracy.py can replay it")
+    parser.add_argument(
+        "--concurrency",
+        default=None,
+        help="comma-separated closed-loop concurrencies (default 8,16,32; 16 with --quick)",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="seconds per baseline/recommended measurement (default 4; 3 with --quick)",
+    )
+    parser.add_argument(
+        "--sweep-seconds",
+        type=float,
+        default=None,
+        help="seconds per sweep measurement (default 3, which keeps the "
+        "full bench near 20 minutes on 2 cores)",
+    )
+    parser.add_argument(
+        "--observe-seconds",
+        type=float,
+        default=None,
+        help="seconds per observation window (default 12; 8 with --quick)",
+    )
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=1.0,
+        help="load after each reload before measuring (default 1)",
+    )
+    parser.add_argument(
+        "--probe-rounds",
+        type=int,
+        default=2,
+        help="probe recommendations applied at most (default 2)",
+    )
+    parser.add_argument(
+        "--confirm",
+        type=int,
+        default=None,
+        metavar="N",
+        help="after the sweep, re-measure the recommended and the "
+        "sweep-best config N times each, alternating, for a paired "
+        "ratio that single noisy runs and picking the best of many "
+        "cannot bias (default 2; 0 with --quick)",
+    )
+    parser.add_argument(
+        "--sweep-only", action="store_true", help="baseline and sweep only, without the recommender"
+    )
+    parser.add_argument(
+        "--json", dest="json_path", metavar="FILE", help="write the raw results as JSON to FILE"
+    )
+    parser.add_argument(
+        "--keep-stores",
+        metavar="DIR",
+        help="keep each observation's SQLite store in DIR (as "
+        "CASE_cN.db), so bench/model_accuracy.py can replay it",
+    )
     args = parser.parse_args(argv)
 
     cases = tuple(c.strip() for c in args.cases.split(",") if c.strip())
@@ -476,19 +544,38 @@ def parse_options(argv: Sequence[str] | None) -> Options:
             parser.error("--concurrency: give one or more integers >= 1")
     seconds = args.seconds if args.seconds is not None else (3.0 if args.quick else 4.0)
     sweep_seconds = args.sweep_seconds if args.sweep_seconds is not None else 3.0
-    observe = (args.observe_seconds if args.observe_seconds is not None
-               else (8.0 if args.quick else 12.0))
+    observe = (
+        args.observe_seconds if args.observe_seconds is not None else (8.0 if args.quick else 12.0)
+    )
     confirm = args.confirm if args.confirm is not None else (0 if args.quick else 2)
-    if (seconds <= 0 or sweep_seconds <= 0 or observe <= 2 or args.warmup_seconds < 0
-            or args.probe_rounds < 0 or confirm < 0):
-        parser.error("--seconds and --sweep-seconds must be > 0, --observe-seconds > 2, "
-                     "the others >= 0")
+    if (
+        seconds <= 0
+        or sweep_seconds <= 0
+        or observe <= 2
+        or args.warmup_seconds < 0
+        or args.probe_rounds < 0
+        or confirm < 0
+    ):
+        parser.error(
+            "--seconds and --sweep-seconds must be > 0, --observe-seconds > 2, the others >= 0"
+        )
     return Options(
-        cases=cases, concurrency=concurrency, seconds=seconds, sweep_seconds=sweep_seconds,
-        observe_s=observe, ramp_s=1.0, warmup_s=args.warmup_seconds,
-        probe_rounds=args.probe_rounds, confirm=confirm,
-        interval_s=0.5, grid=QUICK_GRID if args.quick else FULL_GRID, quick=args.quick,
-        sweep_only=args.sweep_only, json_path=args.json_path, keep_stores=args.keep_stores)
+        cases=cases,
+        concurrency=concurrency,
+        seconds=seconds,
+        sweep_seconds=sweep_seconds,
+        observe_s=observe,
+        ramp_s=1.0,
+        warmup_s=args.warmup_seconds,
+        probe_rounds=args.probe_rounds,
+        confirm=confirm,
+        interval_s=0.5,
+        grid=QUICK_GRID if args.quick else FULL_GRID,
+        quick=args.quick,
+        sweep_only=args.sweep_only,
+        json_path=args.json_path,
+        keep_stores=args.keep_stores,
+    )
 
 
 # --------------------------------------------------------------------------- steps
@@ -561,8 +648,7 @@ class CpuWatch:
     def during(self, start: float, end: float) -> tuple[float, float] | None:
         """(foreign cores, steal share) over [start, end], weighted by overlap."""
         total = foreign = steal = 0.0
-        for (a, b), f, st in zip(self.spans, self.foreign_cores, self.steal_share,
-                                 strict=True):
+        for (a, b), f, st in zip(self.spans, self.foreign_cores, self.steal_share, strict=True):
             overlap = min(b, end) - max(a, start)
             if overlap > 0:
                 total += overlap
@@ -580,10 +666,12 @@ class CpuWatch:
         def mean(xs: list[float]) -> float | None:
             return sum(xs) / len(xs) if xs else None
 
-        return {"foreign_cores_mean": mean(self.foreign_cores),
-                "foreign_cores_max": max(self.foreign_cores, default=None),
-                "steal_share_mean": mean(self.steal_share),
-                "steal_share_max": max(self.steal_share, default=None)}
+        return {
+            "foreign_cores_mean": mean(self.foreign_cores),
+            "foreign_cores_max": max(self.foreign_cores, default=None),
+            "steal_share_mean": mean(self.steal_share),
+            "steal_share_max": max(self.steal_share, default=None),
+        }
 
 
 def _log(message: str) -> None:
@@ -612,8 +700,9 @@ class Bench:
 
     def run(self, concurrency: int, seconds: float) -> Measure:
         t0 = time.monotonic()
-        result = run_load(self.server.grpc_url, self.case.model,
-                          concurrency=concurrency, duration_s=seconds)
+        result = run_load(
+            self.server.grpc_url, self.case.model, concurrency=concurrency, duration_s=seconds
+        )
         return Measure.of(result, t0, time.monotonic())
 
     def warm_up(self, concurrency: int) -> float:
@@ -636,9 +725,13 @@ class Bench:
                 db = Path(opts.keep_stores) / f"{row.case}_c{row.concurrency}.db"
                 db.parent.mkdir(parents=True, exist_ok=True)
                 db.unlink(missing_ok=True)
-            settings = Settings(targets=(target,), db_url=f"sqlite:///{db}",
-                                interval_s=opts.interval_s, jitter_s=0.0,
-                                sources=("triton", "host"))
+            settings = Settings(
+                targets=(target,),
+                db_url=f"sqlite:///{db}",
+                interval_s=opts.interval_s,
+                jitter_s=0.0,
+                sources=("triton", "host"),
+            )
             store = Store(settings.db_url)
             service = CollectorService(settings, store, build_sources(settings))
             service.start()
@@ -653,21 +746,34 @@ class Bench:
                     # it) is left out of what the recommender sees.
                     window = max(ended - started - opts.ramp_s, 1.0)
                     t_rec = time.monotonic()
-                    rec = recommend_model(store, target.name, self.case.model,
-                                          slo_p95_ms=row.slo_p95_ms, window_s=window,
-                                          now=ended)
-                    row.rounds.append(replace(
-                        _round(self.loaded, observed, window, time.monotonic() - t_rec, rec),
-                        target=target.name, ended_at=ended))
+                    rec = recommend_model(
+                        store,
+                        target.name,
+                        self.case.model,
+                        slo_p95_ms=row.slo_p95_ms,
+                        window_s=window,
+                        now=ended,
+                    )
+                    row.rounds.append(
+                        replace(
+                            _round(self.loaded, observed, window, time.monotonic() - t_rec, rec),
+                            target=target.name,
+                            ended_at=ended,
+                        )
+                    )
                     if rec is None:
-                        _log(f"    round {len(row.rounds)} on {short(self.loaded)}: observed "
-                             f"{observed.short()} -> no recommendation (too little data)")
+                        _log(
+                            f"    round {len(row.rounds)} on {short(self.loaded)}: observed "
+                            f"{observed.short()} -> no recommendation (too little data)"
+                        )
                         break
-                    _log(f"    round {len(row.rounds)} on {short(self.loaded)}: "
-                         f"observed {observed.short()} -> {rec.kind} {short(rec.proposed_config)}"
-                         f" (predicted {rec.predicted.qps:.0f}/"
-                         f"{_num(rec.predicted.p95_ms, '.1f')}, "
-                         f"confidence {rec.confidence:.2f})")
+                    _log(
+                        f"    round {len(row.rounds)} on {short(self.loaded)}: "
+                        f"observed {observed.short()} -> {rec.kind} {short(rec.proposed_config)}"
+                        f" (predicted {rec.predicted.qps:.0f}/"
+                        f"{_num(rec.predicted.p95_ms, '.1f')}, "
+                        f"confidence {rec.confidence:.2f})"
+                    )
                     if rec.kind != "probe" or probes >= opts.probe_rounds:
                         break
                     probes += 1
@@ -700,37 +806,60 @@ class Bench:
                 points.append(SweepPoint(short(config), c, m, reload_s, warm_s))
                 line.append(f"c{c} {m.short()}" + (f" ({m.errors} errors)" if m.errors else ""))
             _log(f"    sweep {i}/{len(configs)} {short(config):<16} " + "  ".join(line))
-        return Sweep(case=self.case.key, points=points, wall_s=time.monotonic() - t0,
-                     grid=list(configs))
+        return Sweep(
+            case=self.case.key, points=points, wall_s=time.monotonic() - t0, grid=list(configs)
+        )
 
     # ---------------------------------------------------------------- --confirm
 
     def confirm(self, row: Row, recommended: BatcherConfig, best: BatcherConfig) -> None:
         """Re-measure the two configs alternately, ``--confirm`` times each."""
         for _ in range(self.options.confirm):
-            for config, into in ((recommended, row.confirm_recommended),
-                                 (best, row.confirm_best)):
+            for config, into in ((recommended, row.confirm_recommended), (best, row.confirm_best)):
                 self.load(config)
                 self.warm_up(row.concurrency)
                 into.append(self.run(row.concurrency, self.options.seconds))
-        _log(f"  c={row.concurrency}: confirm {short(recommended)} "
-             f"{[m.short() for m in row.confirm_recommended]} vs {short(best)} "
-             f"{[m.short() for m in row.confirm_best]}")
+        _log(
+            f"  c={row.concurrency}: confirm {short(recommended)} "
+            f"{[m.short() for m in row.confirm_recommended]} vs {short(best)} "
+            f"{[m.short() for m in row.confirm_best]}"
+        )
 
 
-def _round(loaded: BatcherConfig, observed: Measure, window: float, took: float,
-           rec: Recommendation | None) -> Round:
+def _round(
+    loaded: BatcherConfig, observed: Measure, window: float, took: float, rec: Recommendation | None
+) -> Round:
     if rec is None:
-        return Round(loaded=short(loaded), observed=observed, window_s=window,
-                     recommend_s=took, kind="none", proposed="-", changes=[],
-                     current_qps=None, current_p95_ms=None, predicted_qps=None,
-                     predicted_p95_ms=None, confidence=None, reason="too little data")
+        return Round(
+            loaded=short(loaded),
+            observed=observed,
+            window_s=window,
+            recommend_s=took,
+            kind="none",
+            proposed="-",
+            changes=[],
+            current_qps=None,
+            current_p95_ms=None,
+            predicted_qps=None,
+            predicted_p95_ms=None,
+            confidence=None,
+            reason="too little data",
+        )
     return Round(
-        loaded=short(loaded), observed=observed, window_s=window, recommend_s=took,
-        kind=rec.kind, proposed=short(rec.proposed_config),
-        changes=[str(c) for c in rec.changes], current_qps=rec.current.qps,
-        current_p95_ms=rec.current.p95_ms, predicted_qps=rec.predicted.qps,
-        predicted_p95_ms=rec.predicted.p95_ms, confidence=rec.confidence, reason=rec.reason)
+        loaded=short(loaded),
+        observed=observed,
+        window_s=window,
+        recommend_s=took,
+        kind=rec.kind,
+        proposed=short(rec.proposed_config),
+        changes=[str(c) for c in rec.changes],
+        current_qps=rec.current.qps,
+        current_p95_ms=rec.current.p95_ms,
+        predicted_qps=rec.predicted.qps,
+        predicted_p95_ms=rec.predicted.p95_ms,
+        confidence=rec.confidence,
+        reason=rec.reason,
+    )
 
 
 def fill_sweep(row: Row, sweep: Sweep) -> None:
@@ -747,8 +876,13 @@ def fill_sweep(row: Row, sweep: Sweep) -> None:
             row.sweep_of_recommended = p.measure
 
 
-def run_case(case: Case, options: Options, factory: ServerFactory,
-             recommend_model: Recommender | None, sweeps: dict[str, Sweep]) -> list[Row]:
+def run_case(
+    case: Case,
+    options: Options,
+    factory: ServerFactory,
+    recommend_model: Recommender | None,
+    sweeps: dict[str, Sweep],
+) -> list[Row]:
     _log(f"case ({case.key}) {case.model}: {case.description}")
     # The testbed runs its stubs with single-threaded BLAS (see TritonServer).
     server = factory([case.spec], extra_args=["--metrics-config", "summary_latencies=true"])
@@ -764,10 +898,18 @@ def run_case(case: Case, options: Options, factory: ServerFactory,
             baseline = bench.run(c, options.seconds)
             slo = case.slo_p95_ms(c)
             objective = slo if slo is not None else P95_TOLERANCE * (baseline.p95_ms or 0.0)
-            row = Row(case=case.key, model=case.model, concurrency=c, slo_p95_ms=slo,
-                      objective_p95_ms=objective, baseline=baseline)
-            _log(f"  c={c}: baseline {baseline.short()}; objective p95 <= {objective:.1f} ms"
-                 + (" (SLO)" if slo is not None else " (1.1 x baseline)"))
+            row = Row(
+                case=case.key,
+                model=case.model,
+                concurrency=c,
+                slo_p95_ms=slo,
+                objective_p95_ms=objective,
+                baseline=baseline,
+            )
+            _log(
+                f"  c={c}: baseline {baseline.short()}; objective p95 <= {objective:.1f} ms"
+                + (" (SLO)" if slo is not None else " (1.1 x baseline)")
+            )
             if recommend_model is not None:
                 rec = bench.recommend(row, recommend_model)
                 if rec is not None:
@@ -782,22 +924,29 @@ def run_case(case: Case, options: Options, factory: ServerFactory,
                 row.recommended_batcher = bench.loaded
                 bench.warm_up(c)
                 row.recommended = bench.run(c, options.seconds)
-                _log(f"  c={c}: recommended {row.recommended_config} measured "
-                     f"{row.recommended.short()} after {row.time_to_recommendation_s:.1f} s")
+                _log(
+                    f"  c={c}: recommended {row.recommended_config} measured "
+                    f"{row.recommended.short()} after {row.time_to_recommendation_s:.1f} s"
+                )
             rows.append(row)
         reuse = sweeps.get(case.sweep_like) if case.sweep_like else None
         if reuse is None:
-            _log(f"  sweep: {len(grid_configs(**options.grid))} configs x "
-                 f"{len(options.concurrency)} concurrencies")
+            _log(
+                f"  sweep: {len(grid_configs(**options.grid))} configs x "
+                f"{len(options.concurrency)} concurrencies"
+            )
             sweeps[case.key] = bench.sweep(grid_configs(**options.grid))
             reuse = sweeps[case.key]
         else:
             _log(f"  sweep: reusing case ({reuse.case})'s measurements (same model and costs)")
         for row in rows:
             fill_sweep(row, reuse)
-            if (options.confirm and row.recommended_batcher is not None
-                    and row.sweep_best_config is not None
-                    and row.sweep_best_config != row.recommended_config):
+            if (
+                options.confirm
+                and row.recommended_batcher is not None
+                and row.sweep_best_config is not None
+                and row.sweep_best_config != row.recommended_config
+            ):
                 bench.confirm(row, row.recommended_batcher, reuse.config(row.sweep_best_config))
     finally:
         server.close()
@@ -815,8 +964,9 @@ def evaluate(rows: list[Row], options: Options) -> list[Target]:
         return [f"{r.case}@{r.concurrency}" for r in rows if predicate(r)]
 
     def verdict(name: str, failing: list[str], detail: str) -> Target:
-        return Target(name, not failing, detail + (f"; fails at {', '.join(failing)}"
-                                                   if failing else ""))
+        return Target(
+            name, not failing, detail + (f"; fails at {', '.join(failing)}" if failing else "")
+        )
 
     # Where no grid config meets the objective there is no sweep-best to compare with.
     no_best = where(lambda r: r.sweep_best is None)
@@ -825,40 +975,61 @@ def evaluate(rows: list[Row], options: Options) -> list[Target]:
     qerr = [r.qps_error for r in rows if r.qps_error is not None]
     perr = [r.p95_error for r in rows if r.p95_error is not None]
     targets = [
-        verdict("recommended/sweep-best >= 0.90 in every case",
-                where(lambda r: r.sweep_best is not None
-                      and (r.ratio is None or r.ratio < 0.90)),
-                (f"min {min(ratios):.2f}" if ratios else "no ratio") + na),
+        verdict(
+            "recommended/sweep-best >= 0.90 in every case",
+            where(lambda r: r.sweep_best is not None and (r.ratio is None or r.ratio < 0.90)),
+            (f"min {min(ratios):.2f}" if ratios else "no ratio") + na,
+        ),
     ]
     if options.confirm:
         paired = [r.paired_ratio for r in rows if r.paired_ratio is not None]
-        targets.append(verdict(
-            f"  the same, paired ({options.confirm} alternating re-measurements)",
-            where(lambda r: r.sweep_best is not None
-                  and (r.paired_ratio is None or r.paired_ratio < 0.90)),
-            (f"min {min(paired):.2f}" if paired else "no ratio") + na))
+        targets.append(
+            verdict(
+                f"  the same, paired ({options.confirm} alternating re-measurements)",
+                where(
+                    lambda r: (
+                        r.sweep_best is not None
+                        and (r.paired_ratio is None or r.paired_ratio < 0.90)
+                    )
+                ),
+                (f"min {min(paired):.2f}" if paired else "no ratio") + na,
+            )
+        )
     targets += [
-        verdict("predicted QPS within 15 % of measured",
-                where(lambda r: r.qps_error is None or r.qps_error > 0.15),
-                f"max error {max(qerr):.0%}" if qerr else "no prediction"),
-        verdict("predicted p95 within 25 % of measured",
-                where(lambda r: r.p95_error is None or r.p95_error > 0.25),
-                f"max error {max(perr):.0%}" if perr else "no prediction"),
-        verdict("never worse than baseline",
-                where(lambda r: not r.not_worse_than_baseline),
-                f"QPS >= {QPS_NOISE:.2f} x baseline and p95 within the objective "
-                f"or {P95_TOLERANCE:.1f} x baseline"),
-        verdict("recommended config meets the p95 objective (implied)",
-                where(lambda r: not r.recommended_meets_objective), "every row"),
+        verdict(
+            "predicted QPS within 15 % of measured",
+            where(lambda r: r.qps_error is None or r.qps_error > 0.15),
+            f"max error {max(qerr):.0%}" if qerr else "no prediction",
+        ),
+        verdict(
+            "predicted p95 within 25 % of measured",
+            where(lambda r: r.p95_error is None or r.p95_error > 0.25),
+            f"max error {max(perr):.0%}" if perr else "no prediction",
+        ),
+        verdict(
+            "never worse than baseline",
+            where(lambda r: not r.not_worse_than_baseline),
+            f"QPS >= {QPS_NOISE:.2f} x baseline and p95 within the objective "
+            f"or {P95_TOLERANCE:.1f} x baseline",
+        ),
+        verdict(
+            "recommended config meets the p95 objective (implied)",
+            where(lambda r: not r.recommended_meets_objective),
+            "every row",
+        ),
     ]
     a32 = [r for r in rows if r.case == "a" and r.concurrency == 32]
     if a32 and a32[0].gain is not None:
         gain = a32[0].gain
-        targets.append(Target("case (a) at c=32: >= 3x baseline QPS", gain >= 3.0,
-                              f"{gain:.1f}x"))
+        targets.append(Target("case (a) at c=32: >= 3x baseline QPS", gain >= 3.0, f"{gain:.1f}x"))
     else:
-        targets.append(Target("case (a) at c=32: >= 3x baseline QPS", None,
-                              "not run (needs case a and concurrency 32)"))
+        targets.append(
+            Target(
+                "case (a) at c=32: >= 3x baseline QPS",
+                None,
+                "not run (needs case a and concurrency 32)",
+            )
+        )
     return targets
 
 
@@ -873,21 +1044,26 @@ def _num(value: float | None, fmt: str) -> str:
 def format_report(report: BenchReport) -> str:
     lines: list[str] = []
     paired = bool(report.options["confirm"])
-    header = (f"{'c':>3}  {'baseline':>11}  {'recommended':<17} {'rec QPS/p95':>11}  "
-              f"{'sweep-best':<17} {'best QPS/p95':>12}  {'ratio':>5}  "
-              + (f"{'paired':>6}  " if paired else "")
-              + f"{'QPS err':>7}  {'p95 err':>7}  {'t_rec s':>7}  {'sweep s':>7}")
+    header = (
+        f"{'c':>3}  {'baseline':>11}  {'recommended':<17} {'rec QPS/p95':>11}  "
+        f"{'sweep-best':<17} {'best QPS/p95':>12}  {'ratio':>5}  "
+        + (f"{'paired':>6}  " if paired else "")
+        + f"{'QPS err':>7}  {'p95 err':>7}  {'t_rec s':>7}  {'sweep s':>7}"
+    )
     for key in report.options["cases"]:
         case = CASES[key]
         rows = [r for r in report.rows if r.case == key]
         if not rows:
             continue
-        slos = ", ".join(f"c{r.concurrency} {r.slo_p95_ms:g} ms" for r in rows
-                         if r.slo_p95_ms is not None)
+        slos = ", ".join(
+            f"c{r.concurrency} {r.slo_p95_ms:g} ms" for r in rows if r.slo_p95_ms is not None
+        )
         objective = f"p95 SLO {slos}" if slos else "p95 <= 1.1 x baseline p95"
-        lines.append(f"({key}) {case.model} (fixed {case.spec.fixed_ms:g} ms + "
-                     f"{case.spec.per_sample_ms:g} ms/sample): {case.description}; "
-                     f"objective {objective}")
+        lines.append(
+            f"({key}) {case.model} (fixed {case.spec.fixed_ms:g} ms + "
+            f"{case.spec.per_sample_ms:g} ms/sample): {case.description}; "
+            f"objective {objective}"
+        )
         if rows[0].sweep_case and rows[0].sweep_case != key:
             lines.append(f"    sweep measurements shared with case ({rows[0].sweep_case})")
         lines.append(header)
@@ -906,34 +1082,49 @@ def format_report(report: BenchReport) -> str:
                 + (f"{_num(r.paired_ratio, '.2f'):>6}  " if paired else "")
                 + f"{_pct(r.qps_error):>7}  {_pct(r.p95_error):>7}  "
                 f"{_num(r.time_to_recommendation_s, '.1f'):>7}  "
-                f"{_num(r.sweep_wall_s, '.0f'):>7}")
+                f"{_num(r.sweep_wall_s, '.0f'):>7}"
+            )
         lines.append("")
-    lines.append("QPS/p95: closed-loop QPS and client-side p95 (ms); '!' marks a recommended "
-                 "config whose p95 breaks the objective; (probe)/(no_change)/(none): the final "
-                 "recommendation's kind.")
-    lines.append("ratio: recommended QPS / sweep-best QPS"
-                 + ("; paired: the same from alternating re-measurements" if paired else "")
-                 + ". QPS/p95 err: |predicted - measured| / measured.")
-    lines.append("t_rec: first observation to final recommendation; sweep s: reload + "
-                 "warm-up + run over every grid config at that concurrency.")
+    lines.append(
+        "QPS/p95: closed-loop QPS and client-side p95 (ms); '!' marks a recommended "
+        "config whose p95 breaks the objective; (probe)/(no_change)/(none): the final "
+        "recommendation's kind."
+    )
+    lines.append(
+        "ratio: recommended QPS / sweep-best QPS"
+        + ("; paired: the same from alternating re-measurements" if paired else "")
+        + ". QPS/p95 err: |predicted - measured| / measured."
+    )
+    lines.append(
+        "t_rec: first observation to final recommendation; sweep s: reload + "
+        "warm-up + run over every grid config at that concurrency."
+    )
     lines.append("")
     lines.append("Targets:")
     for t in report.targets:
         status = "not evaluated" if t.met is None else ("met" if t.met else "NOT met")
         lines.append(f"  [{status}] {t.name}: {t.detail}")
     load = report.options.get("loadavg")
-    lines.append(f"bench wall time {report.wall_s:.0f} s"
-                 + (f"; 1-min load average at start {load[0]:.1f}, at end {load[1]:.1f} "
-                    f"on {report.options['cpus']} CPUs" if load else ""))
+    lines.append(
+        f"bench wall time {report.wall_s:.0f} s"
+        + (
+            f"; 1-min load average at start {load[0]:.1f}, at end {load[1]:.1f} "
+            f"on {report.options['cpus']} CPUs"
+            if load
+            else ""
+        )
+    )
     seen = report.options.get("interference") or {}
     if seen.get("foreign_cores_mean") is not None:
-        lines.append(f"interference: other processes used {seen['foreign_cores_mean']:.2f} "
-                     f"cores on average (max {seen['foreign_cores_max']:.2f} over 2 s), "
-                     f"hypervisor steal {seen['steal_share_mean']:.0%} "
-                     f"(max {seen['steal_share_max']:.0%}); {seen['disturbed']} of "
-                     f"{seen['measurements']} measurements ran under interference "
-                     f"(>= {DISTURBED_FOREIGN_CORES} cores or >= {DISTURBED_STEAL:.0%} "
-                     f"steal), marked '~'")
+        lines.append(
+            f"interference: other processes used {seen['foreign_cores_mean']:.2f} "
+            f"cores on average (max {seen['foreign_cores_max']:.2f} over 2 s), "
+            f"hypervisor steal {seen['steal_share_mean']:.0%} "
+            f"(max {seen['steal_share_max']:.0%}); {seen['disturbed']} of "
+            f"{seen['measurements']} measurements ran under interference "
+            f"(>= {DISTURBED_FOREIGN_CORES} cores or >= {DISTURBED_STEAL:.0%} "
+            f"steal), marked '~'"
+        )
     return "\n".join(lines)
 
 
@@ -944,8 +1135,13 @@ def all_measures(rows: list[Row], sweeps: dict[str, Sweep]) -> list[Measure]:
     """Every load-generator run the report holds, each once."""
     found: dict[int, Measure] = {}
     for row in rows:
-        for m in (row.baseline, row.recommended, *(r.observed for r in row.rounds),
-                  *row.confirm_recommended, *row.confirm_best):
+        for m in (
+            row.baseline,
+            row.recommended,
+            *(r.observed for r in row.rounds),
+            *row.confirm_recommended,
+            *row.confirm_best,
+        ):
             if m is not None:
                 found[id(m)] = m
     for sweep in sweeps.values():
@@ -961,8 +1157,9 @@ def _recommender() -> Recommender:
     return recommend_model
 
 
-def main(argv: Sequence[str] | None = None, *,
-         server_factory: ServerFactory | None = None) -> BenchReport:
+def main(
+    argv: Sequence[str] | None = None, *, server_factory: ServerFactory | None = None
+) -> BenchReport:
     """Run the bench, print its table and return the report.
 
     ``server_factory(specs, extra_args=...)`` returns a started :class:`TritonServer`
@@ -985,20 +1182,35 @@ def main(argv: Sequence[str] | None = None, *,
     measures = all_measures(rows, sweeps)
     watch.annotate(measures)
     report = BenchReport(
-        options={"cases": list(options.cases), "concurrency": list(options.concurrency),
-                 "seconds": options.seconds, "sweep_seconds": options.sweep_seconds,
-                 "observe_s": options.observe_s, "confirm": options.confirm,
-                 "warmup_s": options.warmup_s, "probe_rounds": options.probe_rounds,
-                 "quick": options.quick, "sweep_only": options.sweep_only,
-                 "grid": {k: [list(v) if isinstance(v, tuple) else v for v in vals]
-                          for k, vals in options.grid.items()},
-                 "strict_slo_p95_ms": STRICT_SLO_P95_MS,
-                 "loadavg": [load_start, os.getloadavg()[0]], "cpus": os.cpu_count(),
-                 "interference": {
-                     **watch.summary(), "measurements": len(measures),
-                     "disturbed": sum(m.disturbed for m in measures)}},
-        rows=rows, sweeps=sweeps, targets=evaluate(rows, options),
-        wall_s=time.monotonic() - t0)
+        options={
+            "cases": list(options.cases),
+            "concurrency": list(options.concurrency),
+            "seconds": options.seconds,
+            "sweep_seconds": options.sweep_seconds,
+            "observe_s": options.observe_s,
+            "confirm": options.confirm,
+            "warmup_s": options.warmup_s,
+            "probe_rounds": options.probe_rounds,
+            "quick": options.quick,
+            "sweep_only": options.sweep_only,
+            "grid": {
+                k: [list(v) if isinstance(v, tuple) else v for v in vals]
+                for k, vals in options.grid.items()
+            },
+            "strict_slo_p95_ms": STRICT_SLO_P95_MS,
+            "loadavg": [load_start, os.getloadavg()[0]],
+            "cpus": os.cpu_count(),
+            "interference": {
+                **watch.summary(),
+                "measurements": len(measures),
+                "disturbed": sum(m.disturbed for m in measures),
+            },
+        },
+        rows=rows,
+        sweeps=sweeps,
+        targets=evaluate(rows, options),
+        wall_s=time.monotonic() - t0,
+    )
     print(format_report(report), flush=True)
     if options.json_path:
         Path(options.json_path).write_text(report.to_json() + "\n")

@@ -61,37 +61,50 @@ def bench_parse() -> None:
     text = exposition_with_models(20)
     ours = best_of(lambda: parse_metrics(text), 30)
     bare = best_of(lambda: list(text_string_to_metric_families(text)), 30)
-    print(f"parse+map 20 models: {ours * 1e3:.2f} ms; parser alone {bare * 1e3:.2f} ms; "
-          f"ratio {ours / bare:.2f}")
+    print(
+        f"parse+map 20 models: {ours * 1e3:.2f} ms; parser alone {bare * 1e3:.2f} ms; "
+        f"ratio {ours / bare:.2f}"
+    )
 
 
 def bench_store() -> None:
-    snapshot = TritonSnapshot(target="bench", collected_at=0.0, model_metrics=tuple(
-        ModelMetrics(model=f"m{i}", version="1", request_success=float(i)) for i in range(20)))
+    snapshot = TritonSnapshot(
+        target="bench",
+        collected_at=0.0,
+        model_metrics=tuple(
+            ModelMetrics(model=f"m{i}", version="1", request_success=float(i)) for i in range(20)
+        ),
+    )
     with tempfile.TemporaryDirectory() as tmp:
         sqlite = Store(f"sqlite:///{tmp}/bench.db")
         t_sqlite = _write_cost(sqlite, snapshot)
         sqlite.close()
-    pg_url = os.environ.get("BATCHSCOPE_TEST_PG_URL",
-                            "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    pg_url = os.environ.get(
+        "BATCHSCOPE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    )
     try:
         pg = Store(pg_url)
     except Exception as exc:  # noqa: BLE001 - a missing server only skips this ratio
-        print(f"store write, 20 models: sqlite {t_sqlite * 1e3:.1f} ms; postgres unavailable "
-              f"({type(exc).__name__})")
+        print(
+            f"store write, 20 models: sqlite {t_sqlite * 1e3:.1f} ms; postgres unavailable "
+            f"({type(exc).__name__})"
+        )
         return
     t_pg = _write_cost(pg, snapshot)
     pg.close()
-    print(f"store write, 20 models: sqlite {t_sqlite * 1e3:.1f} ms, postgres {t_pg * 1e3:.1f} ms; "
-          f"ratio postgres/sqlite {t_pg / t_sqlite:.2f}")
+    print(
+        f"store write, 20 models: sqlite {t_sqlite * 1e3:.1f} ms, postgres {t_pg * 1e3:.1f} ms; "
+        f"ratio postgres/sqlite {t_pg / t_sqlite:.2f}"
+    )
 
 
 def _write_cost(store: Store, snapshot: TritonSnapshot) -> float:
     times = []
     base = time.time()
     for i in range(20):
-        snap = TritonSnapshot(target=f"bench-{base:.0f}", collected_at=base + i,
-                              model_metrics=snapshot.model_metrics)
+        snap = TritonSnapshot(
+            target=f"bench-{base:.0f}", collected_at=base + i, model_metrics=snapshot.model_metrics
+        )
         t0 = time.perf_counter()
         store.write_triton(snap, {})
         times.append(time.perf_counter() - t0)
@@ -99,32 +112,41 @@ def _write_cost(store: Store, snapshot: TritonSnapshot) -> float:
 
 
 def bench_scrape_overhead(rounds: int, seconds: float) -> None:
-    spec = ModelSpec("batched", dynamic_batching=True, preferred_batch_sizes=(8, 16),
-                     max_queue_delay_us=2000)
+    spec = ModelSpec(
+        "batched", dynamic_batching=True, preferred_batch_sizes=(8, 16), max_queue_delay_us=2000
+    )
     with TritonServer([spec]) as server, tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(targets=(target_from_url(server.http_url, server.metrics_url),),
-                            db_url=f"sqlite:///{tmp}/bench.db", interval_s=0.5, jitter_s=0.0,
-                            sources=("triton", "host"))
+        settings = Settings(
+            targets=(target_from_url(server.http_url, server.metrics_url),),
+            db_url=f"sqlite:///{tmp}/bench.db",
+            interval_s=0.5,
+            jitter_s=0.0,
+            sources=("triton", "host"),
+        )
         run_load(server.grpc_url, "batched", concurrency=16, duration_s=1.0)  # warm up
         with_qps: list[float] = []
         without_qps: list[float] = []
         for _ in range(rounds):
-            without_qps.append(run_load(server.grpc_url, "batched", concurrency=16,
-                                        duration_s=seconds).qps)
+            without_qps.append(
+                run_load(server.grpc_url, "batched", concurrency=16, duration_s=seconds).qps
+            )
             store = Store(settings.db_url)
             service = CollectorService(settings, store, build_sources(settings))
             stop = threading.Event()
             runner = threading.Thread(target=service.run, args=(None, stop))
             runner.start()
-            with_qps.append(run_load(server.grpc_url, "batched", concurrency=16,
-                                     duration_s=seconds).qps)
+            with_qps.append(
+                run_load(server.grpc_url, "batched", concurrency=16, duration_s=seconds).qps
+            )
             stop.set()
             runner.join()
             store.close()
         w, wo = statistics.median(with_qps), statistics.median(without_qps)
-        print(f"Triton QPS with collector (0.5 s scrapes) {w:.0f}, without {wo:.0f}; "
-              f"ratio {w / wo:.3f}  (rounds: with {[round(q) for q in with_qps]}, "
-              f"without {[round(q) for q in without_qps]})")
+        print(
+            f"Triton QPS with collector (0.5 s scrapes) {w:.0f}, without {wo:.0f}; "
+            f"ratio {w / wo:.3f}  (rounds: with {[round(q) for q in with_qps]}, "
+            f"without {[round(q) for q in without_qps]})"
+        )
 
 
 def main() -> None:

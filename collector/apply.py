@@ -39,10 +39,21 @@ from collector.records import Finding, ModelRates, ModelSample, Recommendation
 from collector.sources.triton import REQUEST_SUMMARY, TritonSource
 from collector.store import Store
 
-__all__ = ["ApplyInterrupted", "ApplyRefused", "ApplyResult", "LiveChangesRefused",
-           "TargetUnreachable", "Verdict", "WindowFigures", "apply_recommendation",
-           "check_live_changes", "measure_window", "stored_figures", "stored_recommendation",
-           "verdict"]
+__all__ = [
+    "ApplyInterrupted",
+    "ApplyRefused",
+    "ApplyResult",
+    "LiveChangesRefused",
+    "TargetUnreachable",
+    "Verdict",
+    "WindowFigures",
+    "apply_recommendation",
+    "check_live_changes",
+    "measure_window",
+    "stored_figures",
+    "stored_recommendation",
+    "verdict",
+]
 
 log = logging.getLogger("batchscope.apply")
 
@@ -92,8 +103,11 @@ class Verdict:
     summary: str  # one line: "kept: ..." or "rolled back: ..."
 
 
-_STOPPED = Verdict(False, ("stopped before the change was verified",),
-                   "rolled back: stopped before the change was verified")
+_STOPPED = Verdict(
+    False,
+    ("stopped before the change was verified",),
+    "rolled back: stopped before the change was verified",
+)
 
 
 @dataclass(frozen=True)
@@ -111,14 +125,22 @@ class ApplyResult:
 
 def stored_figures(before: WindowFigures, after: WindowFigures | None) -> dict[str, Any]:
     """The before/after figures as the store keeps them (verification, finding evidence)."""
-    return {"before_qps": before.rates.requests_per_s,
-            "after_qps": after.rates.requests_per_s if after else None,
-            "before_p95_ms": before.p95_ms, "after_p95_ms": after.p95_ms if after else None,
-            "before_mean_ms": before.mean_ms, "after_mean_ms": after.mean_ms if after else None}
+    return {
+        "before_qps": before.rates.requests_per_s,
+        "after_qps": after.rates.requests_per_s if after else None,
+        "before_p95_ms": before.p95_ms,
+        "after_p95_ms": after.p95_ms if after else None,
+        "before_mean_ms": before.mean_ms,
+        "after_mean_ms": after.mean_ms if after else None,
+    }
 
 
-def verdict(before: WindowFigures, after: WindowFigures, objective_p95_ms: float | None,
-            settings: ApplySettings) -> Verdict:
+def verdict(
+    before: WindowFigures,
+    after: WindowFigures,
+    objective_p95_ms: float | None,
+    settings: ApplySettings,
+) -> Verdict:
     """Keep or roll back: throughput may not fall below ``min_qps_ratio`` of before;
     p95 may not exceed the objective, or without one grow past ``max_p95_ratio``
     (the mean request time stands in for p95 when Triton has no summary)."""
@@ -130,15 +152,19 @@ def verdict(before: WindowFigures, after: WindowFigures, objective_p95_ms: float
     measure = "p95" if after.p95_ms is not None else "mean request time"
     if objective_p95_ms is not None:
         if after.p95_ms is not None and after.p95_ms > objective_p95_ms:
-            reasons.append(f"p95 {after.p95_ms:.1f} ms is above the objective "
-                           f"{objective_p95_ms:g} ms")
+            reasons.append(
+                f"p95 {after.p95_ms:.1f} ms is above the objective {objective_p95_ms:g} ms"
+            )
     elif b_lat is not None and a_lat is not None and a_lat > b_lat * settings.max_p95_ratio:
-        reasons.append(f"{measure} rose from {b_lat:.1f} to {a_lat:.1f} ms "
-                       f"(> {(settings.max_p95_ratio - 1) * 100:.0f} %)")
+        reasons.append(
+            f"{measure} rose from {b_lat:.1f} to {a_lat:.1f} ms "
+            f"(> {(settings.max_p95_ratio - 1) * 100:.0f} %)"
+        )
     if reasons:
         return Verdict(False, tuple(reasons), "rolled back: " + "; ".join(reasons))
-    return Verdict(True, (), f"kept: {b_qps:.0f} → {a_qps:.0f} QPS, {measure} "
-                             f"{_ms(b_lat)} → {_ms(a_lat)}")
+    return Verdict(
+        True, (), f"kept: {b_qps:.0f} → {a_qps:.0f} QPS, {measure} {_ms(b_lat)} → {_ms(a_lat)}"
+    )
 
 
 def _sample(source: TritonSource, model: str) -> ModelSample | None:
@@ -146,13 +172,18 @@ def _sample(source: TritonSource, model: str) -> ModelSample | None:
     stats = {s.model: s for s in snapshot.model_stats}
     for m in snapshot.model_metrics:
         if m.model == model:
-            return ModelSample(target=snapshot.target, collected_at=snapshot.collected_at,
-                               metrics=m, stats=stats.get(model))
+            return ModelSample(
+                target=snapshot.target,
+                collected_at=snapshot.collected_at,
+                metrics=m,
+                stats=stats.get(model),
+            )
     return None
 
 
-def measure_window(source: TritonSource, model: str, seconds: float,
-                   wait: Callable[[float], bool]) -> WindowFigures:
+def measure_window(
+    source: TritonSource, model: str, seconds: float, wait: Callable[[float], bool]
+) -> WindowFigures:
     """Throughput and latency of ``model`` over the next ``seconds``; raises
     ``ApplyInterrupted`` when ``wait`` says stop."""
     first = _sample(source, model)
@@ -162,8 +193,9 @@ def measure_window(source: TritonSource, model: str, seconds: float,
     if first is None or last is None:
         raise CollectError(f"model {model!r} is not served by {source.target}")
     summary = last.metrics.summary_quantiles_us.get(REQUEST_SUMMARY, {})
-    return WindowFigures(rates=rates_between(first, last),
-                         p95_ms=summary[0.95] / 1000.0 if 0.95 in summary else None)
+    return WindowFigures(
+        rates=rates_between(first, last), p95_ms=summary[0.95] / 1000.0 if 0.95 in summary else None
+    )
 
 
 def _model_path(model: str) -> str:
@@ -178,17 +210,30 @@ def _refusal(response: requests.Response) -> str:
         return response.text
 
 
-def _unreachable(base_url: str, exc: requests.RequestException, *,
-                 changed: bool) -> TargetUnreachable:
+def _unreachable(
+    base_url: str, exc: requests.RequestException, *, changed: bool
+) -> TargetUnreachable:
     log.debug("request to %s failed", base_url, exc_info=exc)
-    reason = ("timed out" if isinstance(exc, requests.Timeout) else "connection failed"
-              if isinstance(exc, requests.ConnectionError) else type(exc).__name__)
+    reason = (
+        "timed out"
+        if isinstance(exc, requests.Timeout)
+        else "connection failed"
+        if isinstance(exc, requests.ConnectionError)
+        else type(exc).__name__
+    )
     state = "the new config may be loaded" if changed else "nothing was changed"
     return TargetUnreachable(f"could not reach Triton at {base_url} ({reason}); {state}")
 
 
-def _post(http: requests.Session, base_url: str, path: str, *, timeout_s: float,
-          changed: bool, **kwargs: Any) -> requests.Response:
+def _post(
+    http: requests.Session,
+    base_url: str,
+    path: str,
+    *,
+    timeout_s: float,
+    changed: bool,
+    **kwargs: Any,
+) -> requests.Response:
     try:
         return http.post(base_url + path, timeout=timeout_s, **kwargs)
     except requests.RequestException as exc:
@@ -203,57 +248,92 @@ def check_live_changes(http: requests.Session, url: str) -> None:
     probe = f"/v2/repository/models/batchscope-probe-{time.monotonic_ns():x}/unload"
     response = _post(http, url, probe, timeout_s=5.0, changed=False)
     if not response.ok and any(word in response.text.lower() for word in _NOT_EXPLICIT):
-        raise LiveChangesRefused(f"{url} does not allow live config changes: start "
-                                 f"tritonserver with --model-control-mode=explicit")
+        raise LiveChangesRefused(
+            f"{url} does not allow live config changes: start "
+            f"tritonserver with --model-control-mode=explicit"
+        )
 
 
-def _load(http: requests.Session, url: str, model: str, config_json: str, timeout_s: float,
-          *, rollback: bool = False) -> None:
-    response = _post(http, url, f"{_model_path(model)}/load", timeout_s=timeout_s,
-                     changed=rollback, json={"parameters": {"config": config_json}})
+def _load(
+    http: requests.Session,
+    url: str,
+    model: str,
+    config_json: str,
+    timeout_s: float,
+    *,
+    rollback: bool = False,
+) -> None:
+    response = _post(
+        http,
+        url,
+        f"{_model_path(model)}/load",
+        timeout_s=timeout_s,
+        changed=rollback,
+        json={"parameters": {"config": config_json}},
+    )
     if response.ok:
         return
     message = _refusal(response)
     if rollback:
-        raise BatchscopeError(f"the rollback of {model!r} failed (HTTP {response.status_code}: "
-                              f"{message[:300]}); the new config may still be loaded")
+        raise BatchscopeError(
+            f"the rollback of {model!r} failed (HTTP {response.status_code}: "
+            f"{message[:300]}); the new config may still be loaded"
+        )
     if any(word in message for word in _NOT_EXPLICIT):
         raise LiveChangesRefused(
             f"{url} does not allow live config changes ({message}): start tritonserver with "
-            f"--model-control-mode=explicit. Nothing was changed.")
-    raise ApplyRefused(f"Triton refused the config for {model!r} (HTTP "
-                       f"{response.status_code}: {message[:300]}). Nothing was changed.")
+            f"--model-control-mode=explicit. Nothing was changed."
+        )
+    raise ApplyRefused(
+        f"Triton refused the config for {model!r} (HTTP "
+        f"{response.status_code}: {message[:300]}). Nothing was changed."
+    )
 
 
 def _current_config(http: requests.Session, url: str, model: str) -> str:
     try:
-        response = http.get(f"{url}/v2/models/{quote(model, safe='')}/config",
-                            timeout=_READ_TIMEOUT_S)
+        response = http.get(
+            f"{url}/v2/models/{quote(model, safe='')}/config", timeout=_READ_TIMEOUT_S
+        )
     except requests.RequestException as exc:
         raise _unreachable(url, exc, changed=False) from None
     if not response.ok:
-        raise ApplyRefused(f"cannot read the current config of {model!r} from {url} "
-                           f"(HTTP {response.status_code}). Nothing was changed.")
+        raise ApplyRefused(
+            f"cannot read the current config of {model!r} from {url} "
+            f"(HTTP {response.status_code}). Nothing was changed."
+        )
     return json.dumps(response.json())
 
 
 def stored_recommendation(
-    store: Store, target: str, model: str, recommendation_id: int | None = None,
+    store: Store,
+    target: str,
+    model: str,
+    recommendation_id: int | None = None,
 ) -> tuple[int, Recommendation] | None:
     """The stored recommendation ``recommendation_id`` for ``model`` on ``target``
     (default: the latest) with its id, or None when there is none."""
-    stored = [r for r in store.recommendations(target=target, model=model)
-              if recommendation_id is None or r.id == recommendation_id]
+    stored = [
+        r
+        for r in store.recommendations(target=target, model=model)
+        if recommendation_id is None or r.id == recommendation_id
+    ]
     if not stored:
         return None
     return stored[-1].id, stored[-1].recommendation
 
 
 def apply_recommendation(
-    target: TargetSettings, recommendation: Recommendation, *, store: Store,
-    http: requests.Session, settings: ApplySettings | None = None,
-    recommendation_id: int | None = None, clock: Callable[[], float] = time.time,
-    wait: Callable[[float], bool] | None = None, say: Callable[[str], None] = lambda _m: None,
+    target: TargetSettings,
+    recommendation: Recommendation,
+    *,
+    store: Store,
+    http: requests.Session,
+    settings: ApplySettings | None = None,
+    recommendation_id: int | None = None,
+    clock: Callable[[], float] = time.time,
+    wait: Callable[[float], bool] | None = None,
+    say: Callable[[str], None] = lambda _m: None,
 ) -> ApplyResult:
     """Apply, verify, roll back on a regression, and record the outcome in ``store``
     (under ``recommendation_id``; an unstored recommendation is stored first).
@@ -263,8 +343,9 @@ def apply_recommendation(
     is recorded as ``failed`` after a best-effort rollback, and raised."""
     settings = settings or ApplySettings()
     wait = wait or threading.Event().wait
-    rec_id = (store.add_recommendation(recommendation) if recommendation_id is None
-              else recommendation_id)
+    rec_id = (
+        store.add_recommendation(recommendation) if recommendation_id is None else recommendation_id
+    )
     model, url = recommendation.model, target.url
     # The caller owns ``http``: the source borrows it and is not closed.
     source = TritonSource(target, timeout_s=_READ_TIMEOUT_S, session=http, clock=clock)
@@ -284,18 +365,28 @@ def apply_recommendation(
         if not isinstance(exc, TargetUnreachable):
             _try_rollback(http, url, model, previous_json, settings)
         raise
-    finding_id = store.add_finding(**asdict(_finding(recommendation, before, after, judged,
-                                                     clock())))
+    finding_id = store.add_finding(
+        **asdict(_finding(recommendation, before, after, judged, clock()))
+    )
     store.record_recommendation_outcome(
-        rec_id, outcome="kept" if judged.keep else "rolled_back", at=clock(),
-        verification={"verdict": judged.summary, **stored_figures(before, after)})
-    return ApplyResult(recommendation_id=rec_id, before=before, after=after, verdict=judged,
-                       finding_id=finding_id)
+        rec_id,
+        outcome="kept" if judged.keep else "rolled_back",
+        at=clock(),
+        verification={"verdict": judged.summary, **stored_figures(before, after)},
+    )
+    return ApplyResult(
+        recommendation_id=rec_id, before=before, after=after, verdict=judged, finding_id=finding_id
+    )
 
 
-def _verify(source: TritonSource, rec: Recommendation, before: WindowFigures,
-            settings: ApplySettings, wait: Callable[[float], bool],
-            say: Callable[[str], None]) -> tuple[WindowFigures | None, Verdict]:
+def _verify(
+    source: TritonSource,
+    rec: Recommendation,
+    before: WindowFigures,
+    settings: ApplySettings,
+    wait: Callable[[float], bool],
+    say: Callable[[str], None],
+) -> tuple[WindowFigures | None, Verdict]:
     """The after window and its verdict; stopped early, the change is not kept."""
     if wait(settings.settle_s):  # the reload is done (the call returned); traffic resumes
         return None, _STOPPED
@@ -309,14 +400,16 @@ def _verify(source: TritonSource, rec: Recommendation, before: WindowFigures,
 
 def _fail(store: Store, rec_id: int, exc: Exception, at: float) -> None:
     try:
-        store.record_recommendation_outcome(rec_id, outcome="failed", at=at,
-                                            verification={"verdict": f"failed: {exc}"})
+        store.record_recommendation_outcome(
+            rec_id, outcome="failed", at=at, verification={"verdict": f"failed: {exc}"}
+        )
     except Exception:  # the original error is the one to raise
         log.exception("could not record the failure of recommendation %d", rec_id)
 
 
-def _try_rollback(http: requests.Session, url: str, model: str, previous_json: str,
-                  settings: ApplySettings) -> None:
+def _try_rollback(
+    http: requests.Session, url: str, model: str, previous_json: str, settings: ApplySettings
+) -> None:
     # The original error is raised; its message says the new config may be loaded.
     with contextlib.suppress(BatchscopeError):
         _load(http, url, model, previous_json, settings.load_timeout_s, rollback=True)
@@ -326,15 +419,28 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
-def _finding(rec: Recommendation, before: WindowFigures, after: WindowFigures | None,
-             judged: Verdict, now: float) -> Finding:
+def _finding(
+    rec: Recommendation,
+    before: WindowFigures,
+    after: WindowFigures | None,
+    judged: Verdict,
+    now: float,
+) -> Finding:
     changes = [str(c) for c in rec.changes]
     after_s = after.rates.window_s if after else 0.0
     return Finding(
-        kind="config_applied", severity="info" if judged.keep else "warning",
-        target=rec.target, subject=rec.model,
+        kind="config_applied",
+        severity="info" if judged.keep else "warning",
+        target=rec.target,
+        subject=rec.model,
         summary=f"{rec.model}: {', '.join(changes) or 'no change'} — {judged.summary}",
-        window_start=now - before.rates.window_s - after_s, window_end=now,
-        evidence={**stored_figures(before, after), "predicted_qps": rec.predicted.qps,
-                  "predicted_p95_ms": rec.predicted.p95_ms, "rolled_back": not judged.keep,
-                  "changes": "; ".join(changes)})
+        window_start=now - before.rates.window_s - after_s,
+        window_end=now,
+        evidence={
+            **stored_figures(before, after),
+            "predicted_qps": rec.predicted.qps,
+            "predicted_p95_ms": rec.predicted.p95_ms,
+            "rolled_back": not judged.keep,
+            "changes": "; ".join(changes),
+        },
+    )

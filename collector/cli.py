@@ -56,8 +56,11 @@ def _require_targets(settings: Any) -> None:
 
     # A GPU-only host (``--sources nvml,host``) needs no Triton target.
     if not settings.targets and any(SOURCES[n].per_target for n in settings.sources):
-        raise ConfigError("targets", "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
-                                     "or list targets in the config file")
+        raise ConfigError(
+            "targets",
+            "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
+            "or list targets in the config file",
+        )
 
 
 def _check_ui_flags(args: argparse.Namespace) -> None:
@@ -81,21 +84,31 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
     settings = load_settings(
         config_file=args.config,
-        overrides={"triton": args.triton, "metrics_url": args.metrics_url, "db_url": args.db_url,
-                   "interval_s": args.interval, "duration_s": args.duration,
-                   "sources": _split(args.sources)},
-        known_sources=set(SOURCES))
+        overrides={
+            "triton": args.triton,
+            "metrics_url": args.metrics_url,
+            "db_url": args.db_url,
+            "interval_s": args.interval,
+            "duration_s": args.duration,
+            "sources": _split(args.sources),
+        },
+        known_sources=set(SOURCES),
+    )
     _require_targets(settings)
     detectors = detector_job(detector_settings(settings.analysis))
     store = Store(settings.db_url)
     try:
         service = CollectorService(settings, store, build_sources(settings), analyses=[detectors])
         stop = _stop_on_signals()
-        log.info("collecting from %s every %.3g s into %s",
-                 ", ".join([t.url for t in settings.targets] + [
-                     n for n in settings.sources if not SOURCES[n].per_target]),
-                 settings.interval_s,
-                 make_url(settings.db_url).render_as_string(hide_password=True))
+        log.info(
+            "collecting from %s every %.3g s into %s",
+            ", ".join(
+                [t.url for t in settings.targets]
+                + [n for n in settings.sources if not SOURCES[n].per_target]
+            ),
+            settings.interval_s,
+            make_url(settings.db_url).render_as_string(hide_password=True),
+        )
         service.run(settings.duration_s, stop)
     finally:
         store.close()
@@ -133,14 +146,22 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     if args.slo_p95_ms is not None and args.slo_p95_ms <= 0:
         raise ConfigError("slo_p95_ms", f"must be > 0, got {args.slo_p95_ms:g}")
     if args.db_url is None and not args.triton:
-        raise ConfigError("db", "give --db URL (recommend from stored samples) or --triton URL "
-                                "(observe the server live first)")
+        raise ConfigError(
+            "db",
+            "give --db URL (recommend from stored samples) or --triton URL "
+            "(observe the server live first)",
+        )
     settings = load_settings(
         config_file=args.config,
-        overrides={"triton": args.triton, "metrics_url": args.metrics_url, "db_url": args.db_url,
-                   "interval_s": 1.0 if args.triton else None,
-                   "sources": ["triton", "host"] if args.triton else None},
-        known_sources=set(SOURCES))
+        overrides={
+            "triton": args.triton,
+            "metrics_url": args.metrics_url,
+            "db_url": args.db_url,
+            "interval_s": 1.0 if args.triton else None,
+            "sources": ["triton", "host"] if args.triton else None,
+        },
+        known_sources=set(SOURCES),
+    )
     store = Store(settings.db_url)
     try:
         if args.triton:
@@ -149,9 +170,15 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        json.dump({"findings": [asdict(f) for f in findings],
-                   "recommendations": [_recommendation_json(r) for r in recs]},
-                  sys.stdout, indent=2, default=str)
+        json.dump(
+            {
+                "findings": [asdict(f) for f in findings],
+                "recommendations": [_recommendation_json(r) for r in recs],
+            },
+            sys.stdout,
+            indent=2,
+            default=str,
+        )
         sys.stdout.write("\n")
     else:
         _print_recommendations(findings, recs)
@@ -161,8 +188,10 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
 def _observe(settings: Any, store: Any, seconds: float) -> None:
     from collector.scheduler import CollectorService, build_sources
 
-    print(f"observing {', '.join(t.url for t in settings.targets)} for {seconds:g} s ...",
-          file=sys.stderr)
+    print(
+        f"observing {', '.join(t.url for t in settings.targets)} for {seconds:g} s ...",
+        file=sys.stderr,
+    )
     CollectorService(settings, store, build_sources(settings)).run(seconds)
 
 
@@ -172,8 +201,11 @@ def _recommend(store: Any, settings: Any, args: argparse.Namespace) -> tuple[lis
     from collector.analysis.recommend import recommend_model
 
     findings = list(run_detectors(store, detector_settings(settings.analysis)))
-    targets = ([t.name for t in settings.targets] if args.triton
-               else [t.name for t in store.targets() if t.kind == "triton"])
+    targets = (
+        [t.name for t in settings.targets]
+        if args.triton
+        else [t.name for t in store.targets() if t.kind == "triton"]
+    )
     recs = []
     for target in targets:
         for model in sorted({m for (t, m) in store.latest_model_configs(target) if t == target}):
@@ -201,12 +233,19 @@ def _print_recommendations(findings: Sequence[Any], recs: Sequence[Any]) -> None
 
 def _recommendation_json(rec: Any) -> dict[str, Any]:
     return {
-        "target": rec.target, "model": rec.model, "kind": rec.kind,
+        "target": rec.target,
+        "model": rec.model,
+        "kind": rec.kind,
         "changes": [{"field": c.field, "from": c.before, "to": c.after} for c in rec.changes],
-        "current": asdict(rec.current), "predicted": asdict(rec.predicted),
-        "confidence": rec.confidence, "reason": rec.reason, "slo_p95_ms": rec.slo_p95_ms,
-        "config_pbtxt": rec.config_pbtxt, "config_json": json.loads(rec.config_json),
-        "evidence": rec.evidence, "created_at": rec.created_at,
+        "current": asdict(rec.current),
+        "predicted": asdict(rec.predicted),
+        "confidence": rec.confidence,
+        "reason": rec.reason,
+        "slo_p95_ms": rec.slo_p95_ms,
+        "config_pbtxt": rec.config_pbtxt,
+        "config_json": json.loads(rec.config_json),
+        "evidence": rec.evidence,
+        "created_at": rec.created_at,
     }
 
 
@@ -220,38 +259,51 @@ def _cmd_apply(args: argparse.Namespace) -> int:
 
     if args.verify_s is not None and args.verify_s <= 0:
         raise ConfigError("verify_s", f"must be > 0, got {args.verify_s:g}")
-    windows = {} if args.verify_s is None else {"before_s": args.verify_s,
-                                                "after_s": args.verify_s}
-    settings = load_settings(config_file=args.config,
-                             overrides={"triton": [args.triton], "db_url": args.db_url,
-                                        "metrics_url": [args.metrics_url]
-                                        if args.metrics_url else None,
-                                        "apply": windows or None})
+    windows = {} if args.verify_s is None else {"before_s": args.verify_s, "after_s": args.verify_s}
+    settings = load_settings(
+        config_file=args.config,
+        overrides={
+            "triton": [args.triton],
+            "db_url": args.db_url,
+            "metrics_url": [args.metrics_url] if args.metrics_url else None,
+            "apply": windows or None,
+        },
+    )
     (target,) = settings.targets
     store = Store(settings.db_url)
     try:
         found = stored_recommendation(store, target.name, args.model)
         if found is None:
-            print(f"batchscope: no recommendation for {args.model!r} on {target.name} in the "
-                  f"store; run `batchscope recommend` first", file=sys.stderr)
+            print(
+                f"batchscope: no recommendation for {args.model!r} on {target.name} in the "
+                f"store; run `batchscope recommend` first",
+                file=sys.stderr,
+            )
             return EXIT_NOTHING_DONE
         rec_id, rec = found
         print(render_recommendation(rec))
         if not rec.changes:
             print("nothing to apply: the recommendation is to keep the current config")
             return 0
-        if not args.yes and input(f"apply this change to {args.model} on {target.url}? [y/N] "
-                                  ).strip().lower() not in ("y", "yes"):
+        if not args.yes and input(
+            f"apply this change to {args.model} on {target.url}? [y/N] "
+        ).strip().lower() not in ("y", "yes"):
             print("not applied")
             return EXIT_NOTHING_DONE
         stop = _stop_on_signals()  # Ctrl-C from here on rolls an unverified change back
         with requests.Session() as http:
             http.trust_env = False  # talk to the server the settings name, not a proxy
             try:
-                result = apply_recommendation(target, rec, store=store, http=http,
-                                              settings=settings.apply, recommendation_id=rec_id,
-                                              wait=stop.wait,
-                                              say=lambda m: print(m, file=sys.stderr))
+                result = apply_recommendation(
+                    target,
+                    rec,
+                    store=store,
+                    http=http,
+                    settings=settings.apply,
+                    recommendation_id=rec_id,
+                    wait=stop.wait,
+                    say=lambda m: print(m, file=sys.stderr),
+                )
             except ApplyRefused as exc:
                 print(f"batchscope: {exc}", file=sys.stderr)
                 return EXIT_REFUSED
@@ -268,13 +320,21 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     from dashboard.app import serve
 
     _check_ui_flags(args)
-    settings = load_settings(config_file=args.config,
-                             overrides={"db_url": args.db_url, "triton": args.triton})
+    settings = load_settings(
+        config_file=args.config, overrides={"db_url": args.db_url, "triton": args.triton}
+    )
     store = Store(settings.db_url)
     actions = ConfigActions(store, settings.targets, apply=settings.ui_apply)
     try:
-        serve(store, actions=actions, host=args.host, port=args.port, refresh_s=args.refresh,
-              ui=settings.ui, slo_p95_ms=settings.slo_p95_ms)
+        serve(
+            store,
+            actions=actions,
+            host=args.host,
+            port=args.port,
+            refresh_s=args.refresh,
+            ui=settings.ui,
+            slo_p95_ms=settings.slo_p95_ms,
+        )
     finally:
         actions.close()
         store.close()
@@ -289,18 +349,30 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     _check_ui_flags(args)
     settings = load_settings(
         config_file=args.config,
-        overrides={"triton": args.triton, "metrics_url": args.metrics_url, "db_url": args.db_url,
-                   "interval_s": args.interval, "sources": _split(args.sources)},
-        known_sources=set(SOURCES))
+        overrides={
+            "triton": args.triton,
+            "metrics_url": args.metrics_url,
+            "db_url": args.db_url,
+            "interval_s": args.interval,
+            "sources": _split(args.sources),
+        },
+        known_sources=set(SOURCES),
+    )
     if not settings.targets:
-        raise ConfigError("targets", "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
-                                     "or list targets in the config file")
+        raise ConfigError(
+            "targets",
+            "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
+            "or list targets in the config file",
+        )
     service = Service(settings, host=args.host, port=args.port, refresh_s=args.refresh)
     stop = _stop_on_signals()
     try:
         service.start()
-        print(f"batchscope: collecting from {', '.join(t.url for t in settings.targets)}; "
-              f"UI on {service.url}", flush=True)
+        print(
+            f"batchscope: collecting from {', '.join(t.url for t in settings.targets)}; "
+            f"UI on {service.url}",
+            flush=True,
+        )
         stop.wait(settings.duration_s)
     finally:
         service.close()
@@ -311,46 +383,72 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _add_db_and_config(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", dest="db_url", metavar="URL",
-                        help="SQLAlchemy database URL (default sqlite:///batchscope.db)")
+    parser.add_argument(
+        "--db",
+        dest="db_url",
+        metavar="URL",
+        help="SQLAlchemy database URL (default sqlite:///batchscope.db)",
+    )
     parser.add_argument("--config", metavar="FILE", help="YAML settings file")
 
 
 def _add_triton(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--triton", action="append", metavar="URL", help=help_text)
-    parser.add_argument("--metrics-url", action="append", metavar="URL",
-                        help="metrics endpoint per --triton, in the same order "
-                             "(default: same host, port 8002, /metrics)")
+    parser.add_argument(
+        "--metrics-url",
+        action="append",
+        metavar="URL",
+        help="metrics endpoint per --triton, in the same order "
+        "(default: same host, port 8002, /metrics)",
+    )
 
 
 def _add_collection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=str, metavar="S", help="seconds between scrapes")
-    parser.add_argument("--sources", metavar="LIST",
-                        help="comma-separated sources to run (default triton,nvml,host)")
+    parser.add_argument(
+        "--sources",
+        metavar="LIST",
+        help="comma-separated sources to run (default triton,nvml,host)",
+    )
 
 
 def _add_ui(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--host", default="127.0.0.1",
-                        help=f"address {what} binds (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
-                        help=f"port (default {DEFAULT_PORT})")
-    parser.add_argument("--refresh", type=float, default=5.0, metavar="S",
-                        help="seconds between live refreshes (default 5)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help=f"address {what} binds (default 127.0.0.1: this machine only)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--refresh",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between live refreshes (default 5)",
+    )
 
 
 def _add_collect_commands(sub: Any) -> None:
-    collect = sub.add_parser("collect", help="scrape Triton targets, NVML and the host into the "
-                                             "store")
+    collect = sub.add_parser(
+        "collect", help="scrape Triton targets, NVML and the host into the store"
+    )
     _add_triton(collect, "Triton HTTP endpoint, e.g. http://localhost:8000 (repeatable)")
     _add_collection(collect)
-    collect.add_argument("--duration", type=str, metavar="S",
-                         help="stop after S seconds (default: run until stopped)")
+    collect.add_argument(
+        "--duration",
+        type=str,
+        metavar="S",
+        help="stop after S seconds (default: run until stopped)",
+    )
     _add_db_and_config(collect)
     collect.set_defaults(func=_cmd_collect)
 
     status = sub.add_parser("status", help="the latest window per target, model, device, process")
-    status.add_argument("--window", type=float, default=60.0, metavar="S",
-                        help="window in seconds (default 60)")
+    status.add_argument(
+        "--window", type=float, default=60.0, metavar="S", help="window in seconds (default 60)"
+    )
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _add_db_and_config(status)
     status.set_defaults(func=_cmd_status)
@@ -360,26 +458,46 @@ def _add_advice_commands(sub: Any) -> None:
     recommend = sub.add_parser("recommend", help="findings and batching recommendations")
     _add_triton(recommend, "observe this Triton live first (instead of stored samples)")
     recommend.add_argument("--model", metavar="NAME", help="only this model")
-    recommend.add_argument("--slo-p95-ms", type=float, metavar="X",
-                           help="latency objective; without it p95 may rise at most 10 %%")
-    recommend.add_argument("--window", type=float, default=30.0, metavar="S",
-                           help="the load to recommend for: the last S seconds (default 30)")
-    recommend.add_argument("--observe", type=float, default=30.0, metavar="S",
-                           help="with --triton: seconds to observe first (default 30)")
+    recommend.add_argument(
+        "--slo-p95-ms",
+        type=float,
+        metavar="X",
+        help="latency objective; without it p95 may rise at most 10 %%",
+    )
+    recommend.add_argument(
+        "--window",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="the load to recommend for: the last S seconds (default 30)",
+    )
+    recommend.add_argument(
+        "--observe",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="with --triton: seconds to observe first (default 30)",
+    )
     recommend.add_argument("--json", action="store_true")
     _add_db_and_config(recommend)
     recommend.set_defaults(func=_cmd_recommend)
 
-    apply = sub.add_parser("apply", help="apply the latest recommendation live, verify, "
-                                         "roll back on a regression")
+    apply = sub.add_parser(
+        "apply", help="apply the latest recommendation live, verify, roll back on a regression"
+    )
     apply.add_argument("--triton", required=True, metavar="URL", help="Triton HTTP endpoint")
-    apply.add_argument("--metrics-url", metavar="URL",
-                       help="its metrics endpoint (default: same host, port 8002)")
+    apply.add_argument(
+        "--metrics-url", metavar="URL", help="its metrics endpoint (default: same host, port 8002)"
+    )
     apply.add_argument("--model", required=True, metavar="NAME")
     apply.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    apply.add_argument("--verify-s", type=float, metavar="S",
-                       help="length of the before and after windows (default: the settings' "
-                            "apply.before_s and apply.after_s, 30)")
+    apply.add_argument(
+        "--verify-s",
+        type=float,
+        metavar="S",
+        help="length of the before and after windows (default: the settings' "
+        "apply.before_s and apply.after_s, 30)",
+    )
     _add_db_and_config(apply)
     apply.set_defaults(func=_cmd_apply)
 
@@ -387,8 +505,12 @@ def _add_advice_commands(sub: Any) -> None:
 def _add_ui_commands(sub: Any) -> None:
     dashboard = sub.add_parser("dashboard", help="serve the web UI over the store")
     _add_ui(dashboard, "the UI")
-    dashboard.add_argument("--triton", action="append", metavar="URL",
-                           help="a Triton server an admin may apply changes to (repeatable)")
+    dashboard.add_argument(
+        "--triton",
+        action="append",
+        metavar="URL",
+        help="a Triton server an admin may apply changes to (repeatable)",
+    )
     _add_db_and_config(dashboard)
     dashboard.set_defaults(func=_cmd_dashboard)
 
@@ -408,8 +530,11 @@ def _add_testbed_commands(sub: Any) -> None:
         missing = str(exc)
 
         def _no_testbed(_args: argparse.Namespace) -> int:
-            print(f"the testbed needs the 'testbed' extra: pip install 'batchscope[testbed]' "
-                  f"({missing})", file=sys.stderr)
+            print(
+                f"the testbed needs the 'testbed' extra: pip install 'batchscope[testbed]' "
+                f"({missing})",
+                file=sys.stderr,
+            )
             return EXIT_CONFIG
 
         for name in ("testbed", "load", "demo"):
@@ -422,7 +547,8 @@ def _add_testbed_commands(sub: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="batchscope",
-        description="Monitor NVIDIA Triton Inference Server: utilisation, queueing, batching.")
+        description="Monitor NVIDIA Triton Inference Server: utilisation, queueing, batching.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_collect_commands(sub)
@@ -447,8 +573,10 @@ def _run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] not in ("tritonclient", "pytriton"):
             raise
-        status, message = EXIT_CONFIG, (f"this command needs the 'testbed' extra: pip install "
-                                        f"'batchscope[testbed]' ({exc})")
+        status, message = (
+            EXIT_CONFIG,
+            (f"this command needs the 'testbed' extra: pip install 'batchscope[testbed]' ({exc})"),
+        )
     except SQLAlchemyError as exc:  # the database is unreachable, locked or not ours
         status, message = EXIT_NOTHING_DONE, f"database error: {getattr(exc, 'orig', exc)}"
     except BatchscopeError as exc:
@@ -461,8 +589,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     # Their routine messages (each job run, each migration step) are noise at INFO.
     logging.getLogger("apscheduler").setLevel(logging.ERROR if not args.verbose else logging.INFO)
     logging.getLogger("alembic").setLevel(logging.WARNING if not args.verbose else logging.INFO)

@@ -79,8 +79,15 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from collector.errors import ConfigError
 
-__all__ = ["ApplySettings", "RetentionSettings", "Settings", "TargetSettings", "UiSettings",
-           "load_settings", "target_from_url"]
+__all__ = [
+    "ApplySettings",
+    "RetentionSettings",
+    "Settings",
+    "TargetSettings",
+    "UiSettings",
+    "load_settings",
+    "target_from_url",
+]
 
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_METRICS_PORT = 8002
@@ -128,8 +135,9 @@ def _normalise_url(value: str, *, default_port: int) -> str:
     if not parts.hostname:
         raise ValueError("has no host")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return urlunsplit((parts.scheme, f"{host}:{port or default_port}",
-                       parts.path.rstrip("/"), "", ""))
+    return urlunsplit(
+        (parts.scheme, f"{host}:{port or default_port}", parts.path.rstrip("/"), "", "")
+    )
 
 
 class TargetSettings(BaseModel):
@@ -162,8 +170,9 @@ class TargetSettings(BaseModel):
         if "url" not in info.data:  # the url is invalid and already reported
             return value
         parts = urlsplit(str(info.data["url"]))
-        return urlunsplit((parts.scheme, f"{parts.hostname}:{DEFAULT_METRICS_PORT}",
-                           "/metrics", "", ""))
+        return urlunsplit(
+            (parts.scheme, f"{parts.hostname}:{DEFAULT_METRICS_PORT}", "/metrics", "", "")
+        )
 
     @field_validator("name")
     @classmethod
@@ -222,18 +231,25 @@ class Settings(BaseSettings):
     """Everything batchscope is told. ``Settings(...)`` takes the values as given;
     ``load_settings`` layers the file, the environment and the command line."""
 
-    model_config = SettingsConfigDict(frozen=True, extra="forbid", env_prefix=ENV_PREFIX,
-                                      env_nested_delimiter="_", env_nested_max_split=1)
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="_",
+        env_nested_max_split=1,
+    )
 
-    targets: Annotated[tuple[TargetSettings, ...], NoDecode,
-                       BeforeValidator(_comma_list)] = ()
+    targets: Annotated[tuple[TargetSettings, ...], NoDecode, BeforeValidator(_comma_list)] = ()
     db_url: str = "sqlite:///batchscope.db"
     interval_s: Seconds = 5.0
     duration_s: Annotated[Seconds | None, BeforeValidator(_none_words)] = None
     timeout_s: Seconds = 3.0
-    max_response_bytes: Annotated[int, BeforeValidator(_not_bool), Field(gt=0)] = 16 * 1024 ** 2
-    sources: Annotated[tuple[str, ...], NoDecode,
-                       BeforeValidator(_comma_list)] = ("triton", "nvml", "host")
+    max_response_bytes: Annotated[int, BeforeValidator(_not_bool), Field(gt=0)] = 16 * 1024**2
+    sources: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = (
+        "triton",
+        "nvml",
+        "host",
+    )
     backoff_max_s: Seconds = 60.0
     jitter_s: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = 0.5
     analysis_every_s: Seconds = 15.0
@@ -297,8 +313,11 @@ class Settings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(
-        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Constructed directly, the model takes its arguments only: the layers are
@@ -306,8 +325,13 @@ class Settings(BaseSettings):
         return (init_settings,)
 
 
-def target_from_url(url: str, metrics_url: str | None = None, name: str | None = None,
-                    *, field_name: str = "targets") -> TargetSettings:
+def target_from_url(
+    url: str,
+    metrics_url: str | None = None,
+    name: str | None = None,
+    *,
+    field_name: str = "targets",
+) -> TargetSettings:
     """Build a target from Triton's HTTP URL; the metrics URL defaults to the same host
     on port 8002 with path ``/metrics``. A bare ``host:port`` means ``http://host:port``."""
     try:
@@ -329,14 +353,19 @@ def _targets_from_url_lists(layer: dict[str, Any], origin: str) -> dict[str, Any
     if metrics_urls and not urls:
         raise ConfigError("metrics_url", f"given without a Triton URL ({origin})")
     if metrics_urls and len(metrics_urls) != len(urls):
-        raise ConfigError("metrics_url", f"{len(metrics_urls)} metrics URL(s) given for "
-                                         f"{len(urls)} Triton target(s) ({origin}); give one "
-                                         "per target or none")
+        raise ConfigError(
+            "metrics_url",
+            f"{len(metrics_urls)} metrics URL(s) given for "
+            f"{len(urls)} Triton target(s) ({origin}); give one "
+            "per target or none",
+        )
     if urls:
         layer["targets"] = [
-            target_from_url(url, metrics_urls[i] if metrics_urls else None,
-                            field_name="triton").model_dump()
-            for i, url in enumerate(urls)]
+            target_from_url(
+                url, metrics_urls[i] if metrics_urls else None, field_name="triton"
+            ).model_dump()
+            for i, url in enumerate(urls)
+        ]
     return layer
 
 
@@ -348,8 +377,9 @@ class _Environment(EnvSettingsSource):
         super().__init__(settings_cls)
 
     def _load_env_vars(self) -> Mapping[str, str | None]:
-        return parse_env_vars(self._environ, self.case_sensitive, self.env_ignore_empty,
-                              self.env_parse_none_str)
+        return parse_env_vars(
+            self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
 
     def __call__(self) -> dict[str, Any]:
         layer = super().__call__()
@@ -375,10 +405,13 @@ def _read_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_settings(*, config_file: str | Path | None = None,
-                  env: Mapping[str, str] | None = None,
-                  overrides: Mapping[str, Any] | None = None,
-                  known_sources: set[str] | None = None) -> Settings:
+def load_settings(
+    *,
+    config_file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    known_sources: set[str] | None = None,
+) -> Settings:
     """Merge defaults < YAML file < environment < ``overrides`` (the CLI) and validate.
 
     ``overrides`` takes the same keys as the YAML file, plus ``triton`` and
@@ -390,12 +423,13 @@ def load_settings(*, config_file: str | Path | None = None,
     if config_file is None and env.get(ENV_PREFIX + "CONFIG"):
         config_file = env[ENV_PREFIX + "CONFIG"]
     layers: list[PydanticBaseSettingsSource] = [  # highest priority first
-        InitSettingsSource(Settings, _targets_from_url_lists(dict(overrides or {}),
-                                                             "command line")),
-        _Environment(Settings, env)]
+        InitSettingsSource(
+            Settings, _targets_from_url_lists(dict(overrides or {}), "command line")
+        ),
+        _Environment(Settings, env),
+    ]
     if config_file is not None:
-        file_layer = _targets_from_url_lists(_read_file(Path(config_file)),
-                                             f"file {config_file}")
+        file_layer = _targets_from_url_lists(_read_file(Path(config_file)), f"file {config_file}")
         layers.append(InitSettingsSource(Settings, file_layer))
     try:
         # The synthesised signature lists the fields only; _build_sources is documented.
@@ -404,13 +438,15 @@ def load_settings(*, config_file: str | Path | None = None,
         raise _config_error(exc) from None
     except SettingsError as exc:  # an environment variable that is not valid JSON
         field = re.search(r'field "([^"]+)"', str(exc))
-        raise ConfigError(field.group(1) if field else "config",
-                          "is not valid JSON in the environment") from None
+        raise ConfigError(
+            field.group(1) if field else "config", "is not valid JSON in the environment"
+        ) from None
     if known_sources is not None:
         for name in settings.sources:
             if name not in known_sources:
-                raise ConfigError("sources", f"unknown source {name!r}; known: "
-                                             f"{', '.join(sorted(known_sources))}")
+                raise ConfigError(
+                    "sources", f"unknown source {name!r}; known: {', '.join(sorted(known_sources))}"
+                )
     return settings
 
 
@@ -424,8 +460,11 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
 def _message(error: Mapping[str, Any]) -> str:
     if error["type"] == "value_error":  # ours: the message without pydantic's prefix
         return str((error.get("ctx") or {}).get("error", error["msg"]))
-    words = {"missing": "is required", "extra_forbidden": "unknown key",
-             "string_too_short": "must be a non-empty string"}
+    words = {
+        "missing": "is required",
+        "extra_forbidden": "unknown key",
+        "string_too_short": "must be a non-empty string",
+    }
     return words.get(error["type"], str(error["msg"]).lower())
 
 

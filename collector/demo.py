@@ -23,8 +23,15 @@ from collector.testbed.server import TritonServer
 __all__ = ["DEMO_MODELS", "LOAD_PHASES", "add_demo_command", "run_demo"]
 
 DEMO_MODELS = (
-    ModelSpec("batched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32,
-              dynamic_batching=True, preferred_batch_sizes=(8, 16), max_queue_delay_us=2000),
+    ModelSpec(
+        "batched",
+        fixed_ms=4.0,
+        per_sample_ms=0.5,
+        max_batch_size=32,
+        dynamic_batching=True,
+        preferred_batch_sizes=(8, 16),
+        max_queue_delay_us=2000,
+    ),
     ModelSpec("unbatched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32),
 )
 #: (closed-loop clients, seconds) per phase, repeated: the load an operator sees move.
@@ -37,36 +44,60 @@ def _drive(grpc_url: str, stop: threading.Event) -> None:
     for clients, seconds in itertools.cycle(LOAD_PHASES):
         if stop.is_set():
             return
-        runs = [threading.Thread(target=run_load, args=(grpc_url, m.name),
-                                 kwargs={"concurrency": clients, "duration_s": seconds},
-                                 daemon=True) for m in DEMO_MODELS]
+        runs = [
+            threading.Thread(
+                target=run_load,
+                args=(grpc_url, m.name),
+                kwargs={"concurrency": clients, "duration_s": seconds},
+                daemon=True,
+            )
+            for m in DEMO_MODELS
+        ]
         for t in runs:
             t.start()
         for t in runs:
             t.join()
 
 
-def run_demo(*, duration_s: float | None = None, db_url: str = "sqlite:///batchscope.db",
-             port: int = 8050, interval_s: float = 1.0,
-             stop: threading.Event | None = None) -> int:
+def run_demo(
+    *,
+    duration_s: float | None = None,
+    db_url: str = "sqlite:///batchscope.db",
+    port: int = 8050,
+    interval_s: float = 1.0,
+    stop: threading.Event | None = None,
+) -> int:
     stop = stop or threading.Event()
-    print(f"starting a CPU Triton testbed with models: {', '.join(m.name for m in DEMO_MODELS)}",
-          flush=True)
+    print(
+        f"starting a CPU Triton testbed with models: {', '.join(m.name for m in DEMO_MODELS)}",
+        flush=True,
+    )
     with TritonServer(DEMO_MODELS) as server:
-        print(f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}",
-              flush=True)
-        settings = Settings(targets=(target_from_url(server.http_url, server.metrics_url),),
-                            db_url=db_url, interval_s=interval_s, jitter_s=0.0,
-                            analysis_every_s=8.0, recommend_every_s=15.0,
-                            analysis=dict(DEMO_ANALYSIS))
+        print(
+            f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}",
+            flush=True,
+        )
+        settings = Settings(
+            targets=(target_from_url(server.http_url, server.metrics_url),),
+            db_url=db_url,
+            interval_s=interval_s,
+            jitter_s=0.0,
+            analysis_every_s=8.0,
+            recommend_every_s=15.0,
+            analysis=dict(DEMO_ANALYSIS),
+        )
         service = Service(settings, host="127.0.0.1", port=port, refresh_s=2.0)
-        driver = threading.Thread(target=_drive, args=(server.grpc_url, stop), name="load",
-                                  daemon=True)
+        driver = threading.Thread(
+            target=_drive, args=(server.grpc_url, stop), name="load", daemon=True
+        )
         service.start()
         try:
             driver.start()
-            print(f"collecting every {interval_s:g} s into {db_url} while driving both models "
-                  f"with {' → '.join(str(c) for c, _ in LOAD_PHASES)} clients", flush=True)
+            print(
+                f"collecting every {interval_s:g} s into {db_url} while driving both models "
+                f"with {' → '.join(str(c) for c, _ in LOAD_PHASES)} clients",
+                flush=True,
+            )
             print(f"batchscope UI: {service.url}   (Ctrl-C stops)", flush=True)
             stop.wait(duration_s)
         except KeyboardInterrupt:
@@ -79,11 +110,18 @@ def run_demo(*, duration_s: float | None = None, db_url: str = "sqlite:///batchs
 
 
 def add_demo_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    demo = sub.add_parser("demo", help="start the CPU testbed under a varying load and serve "
-                                       "batchscope on it (UI on http://127.0.0.1:8050)")
-    demo.add_argument("--duration", type=float, default=None, metavar="S",
-                      help="stop after S seconds (default: run until Ctrl-C)")
+    demo = sub.add_parser(
+        "demo",
+        help="start the CPU testbed under a varying load and serve "
+        "batchscope on it (UI on http://127.0.0.1:8050)",
+    )
+    demo.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="S",
+        help="stop after S seconds (default: run until Ctrl-C)",
+    )
     demo.add_argument("--port", type=int, default=8050, help="UI port (default 8050)")
     demo.add_argument("--db", dest="db_url", default="sqlite:///batchscope.db", metavar="URL")
-    demo.set_defaults(func=lambda a: run_demo(duration_s=a.duration, db_url=a.db_url,
-                                              port=a.port))
+    demo.set_defaults(func=lambda a: run_demo(duration_s=a.duration, db_url=a.db_url, port=a.port))

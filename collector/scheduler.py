@@ -67,9 +67,15 @@ class SourceHealth:
 class CollectorService:
     """Runs the sources on a schedule and writes what they return to the store."""
 
-    def __init__(self, settings: Settings, store: Store, sources: Sequence[Source], *,
-                 analyses: Sequence[Callable[[Store, float], object]] = (),
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        sources: Sequence[Source],
+        *,
+        analyses: Sequence[Callable[[Store, float], object]] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.sources = list(sources)
@@ -107,11 +113,17 @@ class CollectorService:
             log.exception("%s/%s: unexpected failure", source.name, source.target)
         duration = time.perf_counter() - t0
         try:
-            self.store.record_scrape(source.target, source.name, kind=kind, started_at=started,
-                                     duration_s=duration, error_kind=error_kind, error=error)
+            self.store.record_scrape(
+                source.target,
+                source.name,
+                kind=kind,
+                started_at=started,
+                duration_s=duration,
+                error_kind=error_kind,
+                error=error,
+            )
         except Exception:
-            log.exception("%s/%s: could not record the scrape result", source.name,
-                          source.target)
+            log.exception("%s/%s: could not record the scrape result", source.name, source.target)
         self._update_health(source, health, error_kind, error, started)
         return error_kind is None
 
@@ -119,24 +131,41 @@ class CollectorService:
         """The retry state of one source (a copy)."""
         return replace(self._health.get((source.name, source.target), SourceHealth()))
 
-    def _update_health(self, source: Source, health: SourceHealth, error_kind: str | None,
-                       error: str | None, now: float) -> None:
+    def _update_health(
+        self,
+        source: Source,
+        health: SourceHealth,
+        error_kind: str | None,
+        error: str | None,
+        now: float,
+    ) -> None:
         if error_kind is None:
             if health.consecutive_failures:
-                log.info("%s/%s: back up after %d failed attempt(s)", source.name,
-                         source.target, health.consecutive_failures)
+                log.info(
+                    "%s/%s: back up after %d failed attempt(s)",
+                    source.name,
+                    source.target,
+                    health.consecutive_failures,
+                )
             health.consecutive_failures = 0
             health.next_attempt_at = 0.0
             health.last_error_kind = None
             return
         health.consecutive_failures += 1
-        backoff = min(self.settings.interval_s * 2 ** (health.consecutive_failures - 1),
-                      self.settings.backoff_max_s)
+        backoff = min(
+            self.settings.interval_s * 2 ** (health.consecutive_failures - 1),
+            self.settings.backoff_max_s,
+        )
         health.next_attempt_at = now + backoff - self.settings.interval_s / 2
         if error_kind != health.last_error_kind:
             # Said once per kind of failure, not once per attempt.
-            log.warning("%s/%s: %s (retrying with backoff up to %.0f s)", source.name,
-                        source.target, error, self.settings.backoff_max_s)
+            log.warning(
+                "%s/%s: %s (retrying with backoff up to %.0f s)",
+                source.name,
+                source.target,
+                error,
+                self.settings.backoff_max_s,
+            )
         health.last_error_kind = error_kind
 
     def _persist(self, target: str, records: Sequence[Record]) -> None:
@@ -161,13 +190,18 @@ class CollectorService:
         with self._lock:
             for metrics in snapshot.model_metrics:
                 series = (metrics.model, metrics.version)
-                current = ModelSample(target=snapshot.target, collected_at=snapshot.collected_at,
-                                      metrics=metrics, stats=stats.get(series))
+                current = ModelSample(
+                    target=snapshot.target,
+                    collected_at=snapshot.collected_at,
+                    metrics=metrics,
+                    stats=stats.get(series),
+                )
                 key = (snapshot.target, *series)
                 previous = self._previous.get(key)
                 if previous is not None and current.collected_at > previous.collected_at:
-                    rates[series] = rates_between(previous, current,
-                                                  instance_count=instances.get(metrics.model))
+                    rates[series] = rates_between(
+                        previous, current, instance_count=instances.get(metrics.model)
+                    )
                 self._previous[key] = current
         return rates
 
@@ -179,8 +213,9 @@ class CollectorService:
         now = self._clock()
         try:
             self.store.rollup(now, bucket_s=retention.rollup_bucket_s)
-            self.store.apply_retention(now, raw_keep_s=retention.raw_keep_s,
-                                       rollup_keep_s=retention.rollup_keep_s)
+            self.store.apply_retention(
+                now, raw_keep_s=retention.raw_keep_s, rollup_keep_s=retention.rollup_keep_s
+            )
         except Exception:
             log.exception("housekeeping failed; raw samples are kept until the next run")
 
@@ -190,8 +225,10 @@ class CollectorService:
             try:
                 analysis(self.store, now)
             except Exception:
-                log.exception("analysis %s failed; it runs again next time",
-                              getattr(analysis, "__name__", analysis))
+                log.exception(
+                    "analysis %s failed; it runs again next time",
+                    getattr(analysis, "__name__", analysis),
+                )
 
     # ------------------------------------------------------------------ scheduling
 
@@ -199,8 +236,11 @@ class CollectorService:
         interval = self.settings.interval_s
         self._scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=len(self.sources) + 2)},
-            job_defaults={"max_instances": 1, "coalesce": True,
-                          "misfire_grace_time": max(int(interval), 1)},
+            job_defaults={
+                "max_instances": 1,
+                "coalesce": True,
+                "misfire_grace_time": max(int(interval), 1),
+            },
             timezone="UTC",
             # A run skipped because the previous one is still going is expected under
             # max_instances=1 (a slow target); it is not worth a warning per tick.
@@ -210,16 +250,23 @@ class CollectorService:
         for i, source in enumerate(self.sources):
             # Stagger the first runs a little so sources do not all fire at once.
             self._scheduler.add_job(
-                self._run_job, IntervalTrigger(seconds=interval, jitter=self.settings.jitter_s),
-                args=[source], id=f"{source.name}:{source.target}",
-                next_run_time=first + timedelta(seconds=0.05 * i))
+                self._run_job,
+                IntervalTrigger(seconds=interval, jitter=self.settings.jitter_s),
+                args=[source],
+                id=f"{source.name}:{source.target}",
+                next_run_time=first + timedelta(seconds=0.05 * i),
+            )
         if self.analyses:
-            self._scheduler.add_job(self.run_analyses,
-                                    IntervalTrigger(seconds=self.settings.analysis_every_s),
-                                    id="analysis")
-        self._scheduler.add_job(self.run_housekeeping,
-                                IntervalTrigger(seconds=self.settings.retention.every_s),
-                                id="housekeeping")
+            self._scheduler.add_job(
+                self.run_analyses,
+                IntervalTrigger(seconds=self.settings.analysis_every_s),
+                id="analysis",
+            )
+        self._scheduler.add_job(
+            self.run_housekeeping,
+            IntervalTrigger(seconds=self.settings.retention.every_s),
+            id="housekeeping",
+        )
         self._scheduler.start()
 
     def _run_job(self, source: Source) -> None:

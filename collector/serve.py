@@ -24,8 +24,9 @@ __all__ = ["Service", "every"]
 log = logging.getLogger("batchscope.serve")
 
 
-def every(seconds: float,
-          job: Callable[[Store, float], object]) -> Callable[[Store, float], object]:
+def every(
+    seconds: float, job: Callable[[Store, float], object]
+) -> Callable[[Store, float], object]:
     """``job`` run at most once per ``seconds`` (the scheduler calls analyses more
     often: recommending costs a few CPU-seconds per model, detecting far less)."""
     last = [-float("inf")]
@@ -44,22 +45,37 @@ class Service:
     """The collector (with detectors and recommender) and the dashboard over one
     store. ``start()`` returns once the UI listens; ``url`` is where."""
 
-    def __init__(self, settings: Settings, *, host: str = "127.0.0.1", port: int = 8050,
-                 refresh_s: float = 5.0, threads: int = 8) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8050,
+        refresh_s: float = 5.0,
+        threads: int = 8,
+    ) -> None:
         from dashboard.actions import ConfigActions
         from dashboard.app import create_app
 
         self.settings = settings
         # The one store (one engine) of the process: collector, analyses, UI and Apply.
         self.store = Store(settings.db_url)
-        analyses = [detector_job(detector_settings(settings.analysis)),
-                    every(settings.recommend_every_s,
-                          recommender_job(settings.slo_p95_ms))]
-        self.collector = CollectorService(settings, self.store, build_sources(settings),
-                                          analyses=analyses)
+        analyses = [
+            detector_job(detector_settings(settings.analysis)),
+            every(settings.recommend_every_s, recommender_job(settings.slo_p95_ms)),
+        ]
+        self.collector = CollectorService(
+            settings, self.store, build_sources(settings), analyses=analyses
+        )
         self.actions = ConfigActions(self.store, settings.targets, apply=settings.ui_apply)
-        self.app = create_app(self.store, actions=self.actions, refresh_s=refresh_s,
-                              ui=settings.ui, host=host, slo_p95_ms=settings.slo_p95_ms)
+        self.app = create_app(
+            self.store,
+            actions=self.actions,
+            refresh_s=refresh_s,
+            ui=settings.ui,
+            host=host,
+            slo_p95_ms=settings.slo_p95_ms,
+        )
         self._host, self._port, self._threads = host, port, threads
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -74,9 +90,13 @@ class Service:
         import waitress
 
         self.collector.start()
-        self._server = waitress.create_server(self.app.server, host=self._host,
-                                              port=self._port, threads=self._threads,
-                                              ident="batchscope")
+        self._server = waitress.create_server(
+            self.app.server,
+            host=self._host,
+            port=self._port,
+            threads=self._threads,
+            ident="batchscope",
+        )
         self._thread = threading.Thread(target=self._server.run, name="ui", daemon=True)
         self._thread.start()
 
@@ -104,4 +124,3 @@ class Service:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -29,18 +29,37 @@ from collector.store import Store
 __all__ = ["Load", "model_config", "scrape_ok", "steady_load", "store_recommendation"]
 
 
-def model_config(name: str, *, batching: bool, preferred: tuple[int, ...] = (),
-                 delay_us: int = 0, max_batch_size: int = 32, instances: int = 1) -> ModelConfig:
+def model_config(
+    name: str,
+    *,
+    batching: bool,
+    preferred: tuple[int, ...] = (),
+    delay_us: int = 0,
+    max_batch_size: int = 32,
+    instances: int = 1,
+) -> ModelConfig:
     doc: dict[str, object] = {
-        "name": name, "backend": "python", "max_batch_size": max_batch_size,
-        "instance_group": [{"name": f"{name}_0", "kind": "KIND_CPU", "count": instances}]}
+        "name": name,
+        "backend": "python",
+        "max_batch_size": max_batch_size,
+        "instance_group": [{"name": f"{name}_0", "kind": "KIND_CPU", "count": instances}],
+    }
     if batching:
-        doc["dynamic_batching"] = {"preferred_batch_size": list(preferred),
-                                   "max_queue_delay_microseconds": delay_us}
-    return ModelConfig(model=name, max_batch_size=max_batch_size, dynamic_batching=batching,
-                       preferred_batch_sizes=preferred, max_queue_delay_us=delay_us,
-                       instance_count=instances, instance_kind="KIND_CPU", backend="python",
-                       raw_json=json.dumps(doc))
+        doc["dynamic_batching"] = {
+            "preferred_batch_size": list(preferred),
+            "max_queue_delay_microseconds": delay_us,
+        }
+    return ModelConfig(
+        model=name,
+        max_batch_size=max_batch_size,
+        dynamic_batching=batching,
+        preferred_batch_sizes=preferred,
+        max_queue_delay_us=delay_us,
+        instance_count=instances,
+        instance_kind="KIND_CPU",
+        backend="python",
+        raw_json=json.dumps(doc),
+    )
 
 
 @dataclass(frozen=True)
@@ -60,8 +79,7 @@ class Load:
 
     @property
     def mean_batch(self) -> float:
-        return (sum(b * w for b, w in self.batch_mix.items())
-                / sum(self.batch_mix.values()))
+        return sum(b * w for b, w in self.batch_mix.items()) / sum(self.batch_mix.values())
 
 
 def _snapshot_parts(load: Load, elapsed: float) -> tuple[ModelMetrics, ModelStats]:
@@ -69,25 +87,41 @@ def _snapshot_parts(load: Load, elapsed: float) -> tuple[ModelMetrics, ModelStat
     n = load.qps * elapsed
     e = load.qps / load.mean_batch * elapsed
     batches = tuple(
-        BatchStat(batch_size=b, compute_infer=Duration(
-            count=int(e * w), ns=int(e * w * load.cost_ms(b) * 1e6)))
-        for b, w in sorted(load.batch_mix.items()))
+        BatchStat(
+            batch_size=b,
+            compute_infer=Duration(count=int(e * w), ns=int(e * w * load.cost_ms(b) * 1e6)),
+        )
+        for b, w in sorted(load.batch_mix.items())
+    )
     request_us = n * load.request_ms * 1000
     metrics = ModelMetrics(
-        model=name, version="1", request_success=n,
+        model=name,
+        version="1",
+        request_success=n,
         request_failure_by_reason={"OTHER": load.fail_per_s * elapsed} if load.fail_per_s else {},
-        inference_count=n, exec_count=e, request_duration_us=request_us,
+        inference_count=n,
+        exec_count=e,
+        request_duration_us=request_us,
         queue_duration_us=request_us * load.queue_share,
         compute_infer_duration_us=request_us * (1 - load.queue_share),
-        pending_request_count=load.pending)
-    stats = ModelStats(model=name, version="1", inference_count=int(n), execution_count=int(e),
-                       batch_stats=batches)
+        pending_request_count=load.pending,
+    )
+    stats = ModelStats(
+        model=name, version="1", inference_count=int(n), execution_count=int(e), batch_stats=batches
+    )
     return metrics, stats
 
 
-def steady_load(store: Store, loads: list[Load], *, target: str, start: float,
-                seconds: float, step: float = 1.0, skip: tuple[float, float] | None = None,
-                ) -> None:
+def steady_load(
+    store: Store,
+    loads: list[Load],
+    *,
+    target: str,
+    start: float,
+    seconds: float,
+    step: float = 1.0,
+    skip: tuple[float, float] | None = None,
+) -> None:
     """One scrape of every model in ``loads`` each ``step`` seconds from ``start`` for
     ``seconds`` (counters start at 0 at ``start``); no scrape inside ``skip``. Each
     sample after the first carries its per-scrape rates, as the collector stores them
@@ -105,33 +139,60 @@ def steady_load(store: Store, loads: list[Load], *, target: str, start: float,
             before = previous.get(metrics.model)
             if before is not None:
                 rates[(metrics.model, metrics.version)] = rates_between(
-                    before, sample, instance_count=load.config.instance_count)
+                    before, sample, instance_count=load.config.instance_count
+                )
             previous[metrics.model] = sample
-        store.write_triton(TritonSnapshot(
-            target=target, collected_at=at, server_version="2.59.0",
-            model_metrics=tuple(m for m, _ in parts), model_stats=tuple(s for _, s in parts),
-            model_configs=tuple(load.config for load in loads)), rates)
+        store.write_triton(
+            TritonSnapshot(
+                target=target,
+                collected_at=at,
+                server_version="2.59.0",
+                model_metrics=tuple(m for m, _ in parts),
+                model_stats=tuple(s for _, s in parts),
+                model_configs=tuple(load.config for load in loads),
+            ),
+            rates,
+        )
 
 
-def scrape_ok(store: Store, target: str, at: float, *, ok: bool = True,
-              error: str = "connection refused") -> None:
-    store.record_scrape(target, "triton", kind="triton", started_at=at, duration_s=0.01,
-                        error_kind=None if ok else "connect", error=None if ok else error)
+def scrape_ok(
+    store: Store, target: str, at: float, *, ok: bool = True, error: str = "connection refused"
+) -> None:
+    store.record_scrape(
+        target,
+        "triton",
+        kind="triton",
+        started_at=at,
+        duration_s=0.01,
+        error_kind=None if ok else "connect",
+        error=None if ok else error,
+    )
 
 
-def store_recommendation(store: Store, *, target: str, config: ModelConfig, qps: float,
-                         p95_ms: float, created_at: float) -> int:
+def store_recommendation(
+    store: Store, *, target: str, config: ModelConfig, qps: float, p95_ms: float, created_at: float
+) -> int:
     """A probe recommendation (dynamic batching on, no delay) stored the way
     ``batchscope recommend`` stores one; its id."""
     current = BatcherConfig.from_model_config(config)
-    proposed = BatcherConfig(max_batch_size=current.max_batch_size, dynamic_batching=True,
-                             instance_count=current.instance_count)
+    proposed = BatcherConfig(
+        max_batch_size=current.max_batch_size,
+        dynamic_batching=True,
+        instance_count=current.instance_count,
+    )
     rec = Recommendation(
-        target=target, model=config.model, created_at=created_at, kind="probe",
-        changes=config_changes(current, proposed), current_config=current,
-        proposed_config=proposed, current=Prediction(qps=qps, p95_ms=p95_ms),
-        predicted=Prediction(qps=qps * 2.5, p95_ms=p95_ms * 0.9), confidence=0.3,
+        target=target,
+        model=config.model,
+        created_at=created_at,
+        kind="probe",
+        changes=config_changes(current, proposed),
+        current_config=current,
+        proposed_config=proposed,
+        current=Prediction(qps=qps, p95_ms=p95_ms),
+        predicted=Prediction(qps=qps * 2.5, p95_ms=p95_ms * 0.9),
+        confidence=0.3,
         reason="requests wait in the queue one at a time; dynamic batching with no delay "
-               "groups those already waiting",
-        config_pbtxt=render_pbtxt(proposed, instance_kind=config.instance_kind))
+        "groups those already waiting",
+        config_pbtxt=render_pbtxt(proposed, instance_kind=config.instance_kind),
+    )
     return store.add_recommendation(rec)

@@ -89,9 +89,14 @@ class ConfigActions:
     ``http`` (default: a session of its own, closed by ``close()``), with the windows
     and thresholds of ``apply``."""
 
-    def __init__(self, store: Store, targets: Sequence[TargetSettings], *,
-                 http: requests.Session | None = None,
-                 apply: ApplySettings | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        targets: Sequence[TargetSettings],
+        *,
+        http: requests.Session | None = None,
+        apply: ApplySettings | None = None,
+    ) -> None:
         self._store = store
         self._targets = {t.name: t for t in targets}
         self._own_http = http is None
@@ -114,8 +119,10 @@ class ConfigActions:
         explicit model control mode), or None when it can. Cached for a minute."""
         settings = self._targets.get(target)
         if settings is None:
-            return (f"this dashboard does not know where {target!r} is: start it with "
-                    f"--triton URL for that server to apply changes")
+            return (
+                f"this dashboard does not know where {target!r} is: start it with "
+                f"--triton URL for that server to apply changes"
+            )
         now = time.monotonic()
         with self._lock:
             cached = self._probes.get(target)
@@ -145,8 +152,9 @@ class ConfigActions:
         if settings is None:
             raise ActionRefused(str(self.live_change_refusal(target)))
         with self._lock:
-            if any(j.target == target and j.model == model and not j.done
-                   for j in self._jobs.values()):
+            if any(
+                j.target == target and j.model == model and not j.done for j in self._jobs.values()
+            ):
                 raise ActionRefused(f"a change of {model!r} on {target!r} is already running")
         refusal = self.live_change_refusal(target)
         if refusal is not None:
@@ -157,12 +165,18 @@ class ConfigActions:
         _, rec = found
         if not rec.changes:
             raise ActionRefused("this recommendation keeps the current config: nothing to apply")
-        job = ApplyJob(id=uuid.uuid4().hex, target=target, model=model,
-                       recommendation_id=recommendation_id, started_at=time.time())
+        job = ApplyJob(
+            id=uuid.uuid4().hex,
+            target=target,
+            model=model,
+            recommendation_id=recommendation_id,
+            started_at=time.time(),
+        )
         with self._lock:
             self._jobs[job.id] = job
-        thread = threading.Thread(target=self._run, args=(job.id, settings, rec),
-                                  name=f"apply-{model}", daemon=True)
+        thread = threading.Thread(
+            target=self._run, args=(job.id, settings, rec), name=f"apply-{model}", daemon=True
+        )
         self._threads.append(thread)
         thread.start()
         return job
@@ -191,16 +205,25 @@ class ConfigActions:
         assert job is not None
         try:
             result = apply_recommendation(
-                settings, rec, store=self._store, http=self._http, settings=self._apply,
-                recommendation_id=job.recommendation_id, wait=self._stop.wait,
-                say=lambda m: self._say(job_id, m))
-            self._update(job_id, state="rolled_back" if result.rolled_back else "kept",
-                         verdict=result.verdict.summary, finished_at=time.time(),
-                         result=result)
+                settings,
+                rec,
+                store=self._store,
+                http=self._http,
+                settings=self._apply,
+                recommendation_id=job.recommendation_id,
+                wait=self._stop.wait,
+                say=lambda m: self._say(job_id, m),
+            )
+            self._update(
+                job_id,
+                state="rolled_back" if result.rolled_back else "kept",
+                verdict=result.verdict.summary,
+                finished_at=time.time(),
+                result=result,
+            )
         except (ApplyRefused, ApplyInterrupted) as exc:  # nothing was changed
             self._update(job_id, state="refused", verdict=str(exc), finished_at=time.time())
         except Exception as exc:  # the page must learn the outcome, whatever it was
             if not isinstance(exc, TargetUnreachable):
                 log.exception("apply of %s failed", rec)
-            self._update(job_id, state="failed", verdict=f"failed: {exc}",
-                         finished_at=time.time())
+            self._update(job_id, state="failed", verdict=f"failed: {exc}", finished_at=time.time())

@@ -40,38 +40,66 @@ _HERE: Final = Path(__file__).resolve().parent
 #: ``register_callbacks(app, queries, actions)``.
 PAGES: Final = ("overview", "model", "recommendations", "findings", "devices")
 #: Every page's live-refresh Interval (paused while the tab is hidden).
-LIVE_INTERVALS: Final = (Overview.INTERVAL, Model.INTERVAL, Recs.INTERVAL, Findings.INTERVAL,
-                         Devices.INTERVAL)
+LIVE_INTERVALS: Final = (
+    Overview.INTERVAL,
+    Model.INTERVAL,
+    Recs.INTERVAL,
+    Findings.INTERVAL,
+    Devices.INTERVAL,
+)
 
 
 def _shell() -> Any:
-    nav = [dcc.Link("Overview", href="/", className="nav-link"),
-           dcc.Link("Recommendations", href="/recommendations", className="nav-link"),
-           dcc.Link("Findings", href="/findings", className="nav-link"),
-           dcc.Link("Devices", href="/devices", className="nav-link")]
+    nav = [
+        dcc.Link("Overview", href="/", className="nav-link"),
+        dcc.Link("Recommendations", href="/recommendations", className="nav-link"),
+        dcc.Link("Findings", href="/findings", className="nav-link"),
+        dcc.Link("Devices", href="/devices", className="nav-link"),
+    ]
     role = auth.current_role() if flask.has_request_context() else None
     who: list[Any] = [html.Span(role or "", id=Shell.ROLE, className="muted role")]
     if flask.has_request_context() and flask.current_app.config.get(LOGIN_REQUIRED_KEY):
         who.append(html.A("sign out", href="/logout", className="nav-link"))
-    return html.Div([
-        dcc.Store(id=Shell.VISIBLE, data=True),
-        html.Header([
-            dcc.Link("batchscope", href="/", className="brand"),
-            html.Nav(nav, id=Shell.NAV, className="nav"),
-            html.Div(who, className="who"),
-            dcc.RadioItems(id=Shell.THEME, value=DARK, inline=True, persistence=True,
-                           persistence_type="local", className="theme-switch",
-                           options=[{"label": "dark", "value": DARK},
-                                    {"label": "light", "value": LIGHT}]),
-        ], className="topbar"),
-        html.Main(dash.page_container, className="content"),
-    ], id=Shell.ROOT, className=f"shell theme-{DARK}")
+    return html.Div(
+        [
+            dcc.Store(id=Shell.VISIBLE, data=True),
+            html.Header(
+                [
+                    dcc.Link("batchscope", href="/", className="brand"),
+                    html.Nav(nav, id=Shell.NAV, className="nav"),
+                    html.Div(who, className="who"),
+                    dcc.RadioItems(
+                        id=Shell.THEME,
+                        value=DARK,
+                        inline=True,
+                        persistence=True,
+                        persistence_type="local",
+                        className="theme-switch",
+                        options=[
+                            {"label": "dark", "value": DARK},
+                            {"label": "light", "value": LIGHT},
+                        ],
+                    ),
+                ],
+                className="topbar",
+            ),
+            html.Main(dash.page_container, className="content"),
+        ],
+        id=Shell.ROOT,
+        className=f"shell theme-{DARK}",
+    )
 
 
-def create_app(store: Store, *, actions: ConfigActions | None = None,
-               refresh_s: float = DEFAULT_REFRESH_S, ui: UiSettings | None = None,
-               host: str = "127.0.0.1", slo_p95_ms: dict[str, float] | None = None,
-               queries: DashboardQueries | None = None) -> Dash:
+def create_app(
+    store: Store,
+    *,
+    actions: ConfigActions | None = None,
+    refresh_s: float = DEFAULT_REFRESH_S,
+    ui: UiSettings | None = None,
+    host: str = "127.0.0.1",
+    slo_p95_ms: dict[str, float] | None = None,
+    queries: DashboardQueries | None = None,
+) -> Dash:
     """The dashboard over ``store`` (the caller's, which it closes), refreshing every
     ``refresh_s`` seconds. Nothing is read here, so a store whose database does not
     answer yet shows a banner on each page until it does.
@@ -100,7 +128,8 @@ def create_app(store: Store, *, actions: ConfigActions | None = None,
     app.layout = _shell
     # Dash declares the attribute as None; it takes a layout.
     app.validation_layout = html.Div(  # type: ignore[assignment]
-        [_shell(), *[p.layout() for p in pages]])
+        [_shell(), *[p.layout() for p in pages]]
+    )
     for page in pages:
         page.register_callbacks(app, queries, actions)
 
@@ -118,11 +147,15 @@ def create_app(store: Store, *, actions: ConfigActions | None = None,
             }
             return !document.hidden;
         }""".replace("SHELL_VISIBLE", Shell.VISIBLE),
-        Output(Shell.VISIBLE, "data"), Input(Shell.ROOT, "id"))  # type: ignore[no-untyped-call]
+        Output(Shell.VISIBLE, "data"),
+        Input(Shell.ROOT, "id"),
+    )  # type: ignore[no-untyped-call]
     for interval in LIVE_INTERVALS:
         app.clientside_callback(  # type: ignore[no-untyped-call]
             "function(visible) { return visible === false; }",
-            Output(interval, "disabled"), Input(Shell.VISIBLE, "data"))
+            Output(interval, "disabled"),
+            Input(Shell.VISIBLE, "data"),
+        )
 
     @app.callback(Output(Shell.ROOT, "className"), Input(Shell.THEME, "value"))
     def apply_theme(theme: str | None) -> str:
@@ -131,15 +164,24 @@ def create_app(store: Store, *, actions: ConfigActions | None = None,
     return app
 
 
-def serve(store: Store, *, actions: ConfigActions | None = None, host: str = "127.0.0.1",
-          port: int = 8050, refresh_s: float = DEFAULT_REFRESH_S, threads: int = 8,
-          ui: UiSettings | None = None, slo_p95_ms: dict[str, float] | None = None) -> None:
+def serve(
+    store: Store,
+    *,
+    actions: ConfigActions | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8050,
+    refresh_s: float = DEFAULT_REFRESH_S,
+    threads: int = 8,
+    ui: UiSettings | None = None,
+    slo_p95_ms: dict[str, float] | None = None,
+) -> None:
     """Serve the dashboard over ``store`` with waitress (a production WSGI server)
     until stopped; the caller closes the store afterwards."""
     import waitress
 
-    app = create_app(store, actions=actions, refresh_s=refresh_s, ui=ui, host=host,
-                     slo_p95_ms=slo_p95_ms)
+    app = create_app(
+        store, actions=actions, refresh_s=refresh_s, ui=ui, host=host, slo_p95_ms=slo_p95_ms
+    )
     shown = f"[{host}]" if ":" in host else host
     print(f"batchscope dashboard on http://{shown}:{port}/", flush=True)
     waitress.serve(app.server, host=host, port=port, threads=threads, ident="batchscope")

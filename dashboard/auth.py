@@ -25,8 +25,15 @@ from flask.typing import ResponseReturnValue
 
 from collector.config import UiSettings
 
-__all__ = ["ADMIN", "LOGIN_REQUIRED_KEY", "VIEWER", "current_role", "install_access", "is_admin",
-           "open_role"]
+__all__ = [
+    "ADMIN",
+    "LOGIN_REQUIRED_KEY",
+    "VIEWER",
+    "current_role",
+    "install_access",
+    "is_admin",
+    "open_role",
+]
 
 ADMIN: Final = "admin"
 VIEWER: Final = "viewer"
@@ -112,7 +119,7 @@ def install_access(server: flask.Flask, ui: UiSettings, *, host: str = "127.0.0.
             return None
         header = flask.request.headers.get("Authorization", "")
         if header.startswith("Bearer "):
-            role = _role_for(header[len("Bearer "):], ui)
+            role = _role_for(header[len("Bearer ") :], ui)
             if role is None:
                 return flask.Response("invalid token\n", status=401, mimetype="text/plain")
             flask.g.batchscope_bearer_role = role
@@ -121,8 +128,9 @@ def install_access(server: flask.Flask, ui: UiSettings, *, host: str = "127.0.0.
         if path.startswith(_PUBLIC_PREFIXES) or current_role() is not None:
             return None
         if path.startswith("/_dash-"):  # callbacks and layout: the page must sign in
-            return flask.Response('{"error": "sign in first"}', status=401,
-                                  mimetype="application/json")
+            return flask.Response(
+                '{"error": "sign in first"}', status=401, mimetype="application/json"
+            )
         target = flask.request.full_path.rstrip("?")
         return flask.redirect(f"/login?{urlencode({'next': target})}")
 
@@ -135,13 +143,15 @@ def install_access(server: flask.Flask, ui: UiSettings, *, host: str = "127.0.0.
                 flask.session.clear()
                 flask.session[_ROLE_KEY] = role
                 return flask.redirect(next_path)
-            return flask.make_response(flask.render_template_string(
-                _LOGIN_PAGE, error="Wrong password.", next=next_path), 401)
+            return flask.make_response(
+                flask.render_template_string(_LOGIN_PAGE, error="Wrong password.", next=next_path),
+                401,
+            )
         return flask.render_template_string(
-            _LOGIN_PAGE, error=None, next=_safe_next(flask.request.args.get("next")))
+            _LOGIN_PAGE, error=None, next=_safe_next(flask.request.args.get("next"))
+        )
 
     @server.route("/logout")
     def logout() -> ResponseReturnValue:
         flask.session.clear()
         return flask.redirect("/login" if ui.login_required else "/")
-

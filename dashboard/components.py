@@ -115,8 +115,10 @@ def banner(messages: Sequence[str]) -> list[Any]:
 
 
 def finding_badges(findings: Sequence[StoredFinding]) -> list[Any]:
-    return [html.Span(f.kind.replace("_", " "), className=severity_class(f.severity),
-                      title=f.summary) for f in findings]
+    return [
+        html.Span(f.kind.replace("_", " "), className=severity_class(f.severity), title=f.summary)
+        for f in findings
+    ]
 
 
 # --------------------------------------------------------------------------- overview
@@ -128,9 +130,11 @@ def overview_messages(data: OverviewData) -> list[str]:
         messages.append(data.error)
     for t in data.down_targets:
         reason = f": {t.last_error}" if t.last_error else ""
-        messages.append(f"target {t.name} is down{reason} "
-                        f"({t.consecutive_failures} failed scrape(s) in a row, last seen "
-                        f"{fmt_ago(t.last_seen_at, data.generated_at)})")
+        messages.append(
+            f"target {t.name} is down{reason} "
+            f"({t.consecutive_failures} failed scrape(s) in a row, last seen "
+            f"{fmt_ago(t.last_seen_at, data.generated_at)})"
+        )
     return messages
 
 
@@ -139,32 +143,54 @@ def empty_state(data: OverviewData) -> list[Any]:
     if data.error:
         return []
     if data.empty:
-        return [html.Div([
-            html.H2(EMPTY_TEXT),
-            html.P("Point the collector at a Triton server's HTTP endpoint (port 8000); "
-                   "models appear here after its second scrape. Try the bundled CPU "
-                   "testbed: `batchscope testbed up`, then collect from the URL it prints."),
-        ], className="empty-state")]
+        return [
+            html.Div(
+                [
+                    html.H2(EMPTY_TEXT),
+                    html.P(
+                        "Point the collector at a Triton server's HTTP endpoint (port 8000); "
+                        "models appear here after its second scrape. Try the bundled CPU "
+                        "testbed: `batchscope testbed up`, then collect from the URL it prints."
+                    ),
+                ],
+                className="empty-state",
+            )
+        ]
     if not data.models and not any(t.state.kind == "triton" for t in data.targets):
-        return [html.Div(
-            "no Triton target is collected here, only GPUs and hosts — add one with "
-            "`--triton URL` to see its models", className="empty-state")]
+        return [
+            html.Div(
+                "no Triton target is collected here, only GPUs and hosts — add one with "
+                "`--triton URL` to see its models",
+                className="empty-state",
+            )
+        ]
     if not data.models:
-        return [html.Div(
-            f"no model samples in the last {data.window_s:.0f} s — the newest reading is from "
-            f"{fmt_ago(data.last_sample_at, data.generated_at)}; is the collector running?",
-            className="empty-state")]
+        return [
+            html.Div(
+                f"no model samples in the last {data.window_s:.0f} s — the newest reading is from "
+                f"{fmt_ago(data.last_sample_at, data.generated_at)}; is the collector running?",
+                className="empty-state",
+            )
+        ]
     return []
 
 
 def overview_summary(data: OverviewData) -> list[Any]:
     cards = []
     if data.idle_gpus is not None:
-        cards.append(_stat(f"{data.idle_gpus:.1f}", "GPUs idle",
-                           f"over {sum(d.weight for d in data.devices):.1f} GPUs read"))
+        cards.append(
+            _stat(
+                f"{data.idle_gpus:.1f}",
+                "GPUs idle",
+                f"over {sum(d.weight for d in data.devices):.1f} GPUs read",
+            )
+        )
     if data.instances_idle is not None:
-        cards.append(_stat(f"{data.instances_idle:.1f}", "model instances idle",
-                           f"of {data.instances_total}"))
+        cards.append(
+            _stat(
+                f"{data.instances_idle:.1f}", "model instances idle", f"of {data.instances_total}"
+            )
+        )
     up = sum(1 for t in data.targets if t.state.up)
     cards.append(_stat(f"{up}/{len(data.targets)}", "targets up", ""))
     cards.append(_stat(str(len(data.models)), "models", f"window {data.window_s:.0f} s"))
@@ -172,24 +198,34 @@ def overview_summary(data: OverviewData) -> list[Any]:
 
 
 def _stat(value: str, label: str, detail: str) -> Any:
-    return html.Div([html.Div(value, className="stat-value"),
-                     html.Div(label, className="stat-label"),
-                     html.Div(detail, className="stat-detail")], className="stat")
+    return html.Div(
+        [
+            html.Div(value, className="stat-value"),
+            html.Div(label, className="stat-label"),
+            html.Div(detail, className="stat-detail"),
+        ],
+        className="stat",
+    )
 
 
 def target_tile(tile: TargetTile) -> Any:
     t = tile.state
     state = "up" if t.up else "down" if t.up is False else "unknown"
-    return html.Div([
-        html.Div(t.name, className="tile-title"),
-        html.Div(f"{t.kind} · {state}", className="tile-detail"),
-        html.Div(f"{tile.models} model(s)" if t.kind == "triton" else "",
-                 className="tile-detail"),
-    ], className=f"tile tile-target tile-{state}")
+    return html.Div(
+        [
+            html.Div(t.name, className="tile-title"),
+            html.Div(f"{t.kind} · {state}", className="tile-detail"),
+            html.Div(
+                f"{tile.models} model(s)" if t.kind == "triton" else "", className="tile-detail"
+            ),
+        ],
+        className=f"tile tile-target tile-{state}",
+    )
 
 
-def device_tile(tile: DeviceTile, findings: Sequence[StoredFinding] = (),
-                mig_children: int = 0) -> Any:
+def device_tile(
+    tile: DeviceTile, findings: Sequence[StoredFinding] = (), mig_children: int = 0
+) -> Any:
     d = tile.sample
     label = d.name or d.uuid
     if d.kind == "mig" and " MIG " in label:
@@ -200,18 +236,25 @@ def device_tile(tile: DeviceTile, findings: Sequence[StoredFinding] = (),
         value = f"{mig_children} MIG"
     memory = ""
     if d.memory_used_bytes is not None and d.memory_total_bytes:
-        memory = (f"{d.memory_used_bytes / 2**30:.1f} / {d.memory_total_bytes / 2**30:.1f} GiB")
-    return html.Div([
-        html.Div(label, className="tile-title"),
-        html.Div(value, className="tile-value"),
-        html.Div(f"{d.kind.upper()} · {tile.target}" + (" · unhealthy" if not d.healthy else ""),
-                 className="tile-detail"),
-        html.Div(memory, className="tile-detail"),
-        html.Div(finding_badges(findings), className="badges"),
-    ], className="tile tile-device",
-        style={"borderColor": utilisation_colour(tile.utilisation_pct),
-               "boxShadow": f"inset 0 -6px 0 {utilisation_colour(tile.utilisation_pct)}"},
-        title=f"{d.uuid} ({tile.metric or 'no utilisation reading'}, {d.source})")
+        memory = f"{d.memory_used_bytes / 2**30:.1f} / {d.memory_total_bytes / 2**30:.1f} GiB"
+    return html.Div(
+        [
+            html.Div(label, className="tile-title"),
+            html.Div(value, className="tile-value"),
+            html.Div(
+                f"{d.kind.upper()} · {tile.target}" + (" · unhealthy" if not d.healthy else ""),
+                className="tile-detail",
+            ),
+            html.Div(memory, className="tile-detail"),
+            html.Div(finding_badges(findings), className="badges"),
+        ],
+        className="tile tile-device",
+        style={
+            "borderColor": utilisation_colour(tile.utilisation_pct),
+            "boxShadow": f"inset 0 -6px 0 {utilisation_colour(tile.utilisation_pct)}",
+        },
+        title=f"{d.uuid} ({tile.metric or 'no utilisation reading'}, {d.source})",
+    )
 
 
 def tiles(data: OverviewData) -> list[Any]:
@@ -223,8 +266,10 @@ def tiles(data: OverviewData) -> list[Any]:
     for d in data.devices:
         if d.sample.kind == "mig" and d.sample.parent_uuid:
             children[d.sample.parent_uuid] = children.get(d.sample.parent_uuid, 0) + 1
-    out += [device_tile(d, by_uuid.get(d.sample.uuid, []), children.get(d.sample.uuid, 0))
-            for d in data.devices]
+    out += [
+        device_tile(d, by_uuid.get(d.sample.uuid, []), children.get(d.sample.uuid, 0))
+        for d in data.devices
+    ]
     return out
 
 
@@ -242,8 +287,9 @@ def filter_rows(rows: Sequence[ModelRow], text: str | None) -> list[ModelRow]:
     needle = (text or "").strip().lower()
     if not needle:
         return list(rows)
-    return [r for r in rows
-            if needle in r.status.model.lower() or needle in r.status.target.lower()]
+    return [
+        r for r in rows if needle in r.status.model.lower() or needle in r.status.target.lower()
+    ]
 
 
 def _rate(row: ModelRow, name: str) -> float | None:
@@ -281,20 +327,41 @@ def _batch_cell(r: ModelRow) -> Any:
 
 
 def models_table(rows: Sequence[ModelRow]) -> Any:
-    header = html.Tr([html.Th(h) for h in ("target", "model", "QPS", "avg batch",
-                                            "queue share", "busy share", "pending", "findings")])
+    header = html.Tr(
+        [
+            html.Th(h)
+            for h in (
+                "target",
+                "model",
+                "QPS",
+                "avg batch",
+                "queue share",
+                "busy share",
+                "pending",
+                "findings",
+            )
+        ]
+    )
     body = [
-        html.Tr([
-            html.Td(r.status.target),
-            html.Td(dcc.Link(r.status.model, href=model_href(r.status.target, r.status.model),
-                             className="model-link")),
-            html.Td(fmt_num(_rate(r, "requests_per_s"), 1), className="num"),
-            _batch_cell(r),
-            html.Td(fmt_share(_rate(r, "queue_share")), className="num"),
-            html.Td(fmt_share(_rate(r, "busy_share")), className="num"),
-            html.Td(fmt_num(r.status.pending_request_count, 1), className="num"),
-            html.Td(html.Div(finding_badges(r.findings), className="badges")),
-        ], className="row-down" if not r.status.up else "")
+        html.Tr(
+            [
+                html.Td(r.status.target),
+                html.Td(
+                    dcc.Link(
+                        r.status.model,
+                        href=model_href(r.status.target, r.status.model),
+                        className="model-link",
+                    )
+                ),
+                html.Td(fmt_num(_rate(r, "requests_per_s"), 1), className="num"),
+                _batch_cell(r),
+                html.Td(fmt_share(_rate(r, "queue_share")), className="num"),
+                html.Td(fmt_share(_rate(r, "busy_share")), className="num"),
+                html.Td(fmt_num(r.status.pending_request_count, 1), className="num"),
+                html.Td(html.Div(finding_badges(r.findings), className="badges")),
+            ],
+            className="row-down" if not r.status.up else "",
+        )
         for r in rows
     ]
     if not body:
@@ -312,11 +379,14 @@ def model_messages(detail: ModelDetail | None) -> list[str]:
     if detail.error:
         messages.append(detail.error)
     elif detail.up is False:
-        messages.append(f"target {detail.target} is down: the numbers below stop at its "
-                        f"last successful scrape")
+        messages.append(
+            f"target {detail.target} is down: the numbers below stop at its last successful scrape"
+        )
     if detail.series.truncated_to_s:
-        messages.append(f"no rollups in this range yet: showing the last "
-                        f"{detail.series.truncated_to_s / 3600:.0f} h of raw samples")
+        messages.append(
+            f"no rollups in this range yet: showing the last "
+            f"{detail.series.truncated_to_s / 3600:.0f} h of raw samples"
+        )
     return messages
 
 
@@ -326,22 +396,36 @@ def model_banner(detail: ModelDetail | None) -> list[Any]:
 
 def model_header(detail: ModelDetail | None, target: str | None, model: str | None) -> list[Any]:
     if not target or not model:
-        return [html.H2("no model chosen"),
-                html.P(["Pick one on the ", dcc.Link("overview", href="/"), "."])]
-    parts: list[Any] = [html.H2(model, className="model-name"),
-                        html.Div(f"on {target}", className="muted")]
+        return [
+            html.H2("no model chosen"),
+            html.P(["Pick one on the ", dcc.Link("overview", href="/"), "."]),
+        ]
+    parts: list[Any] = [
+        html.H2(model, className="model-name"),
+        html.Div(f"on {target}", className="muted"),
+    ]
     if detail is not None and not detail.error and not detail.known:
-        parts.append(html.P(f"the store has nothing for this model on this target in the "
-                            f"last {detail.range_name}", className="muted"))
+        parts.append(
+            html.P(
+                f"the store has nothing for this model on this target in the "
+                f"last {detail.range_name}",
+                className="muted",
+            )
+        )
     return parts
 
 
 def range_links(target: str | None, model: str | None, current: str) -> list[Any]:
     if not target or not model:
         return []
-    return [dcc.Link(name, href=model_href(target, model, name),
-                     className="range-link range-current" if name == current else "range-link")
-            for name in RANGES]
+    return [
+        dcc.Link(
+            name,
+            href=model_href(target, model, name),
+            className="range-link range-current" if name == current else "range-link",
+        )
+        for name in RANGES
+    ]
 
 
 def _pretty_json(text: str) -> str:
@@ -367,8 +451,12 @@ def config_panel(stored: StoredModelConfig | None) -> list[Any]:
     return [
         html.H3("Config"),
         html.Dl([item for k, v in facts for item in (html.Dt(k), html.Dd(v))], className="facts"),
-        html.Details([html.Summary("effective config (JSON)"),
-                      html.Pre(_pretty_json(config.raw_json), className="code")]),
+        html.Details(
+            [
+                html.Summary("effective config (JSON)"),
+                html.Pre(_pretty_json(config.raw_json), className="code"),
+            ]
+        ),
     ]
 
 
@@ -378,64 +466,100 @@ def _evidence(evidence: dict[str, Any]) -> Any:
             return f"{v:.4g}"
         return str(v)
 
-    return html.Dl([item for k, v in sorted(evidence.items())
-                    for item in (html.Dt(str(k)), html.Dd(show(v)))], className="facts evidence")
+    return html.Dl(
+        [item for k, v in sorted(evidence.items()) for item in (html.Dt(str(k)), html.Dd(show(v)))],
+        className="facts evidence",
+    )
 
 
 def findings_list(findings: Sequence[StoredFinding], now: float) -> list[Any]:
     if not findings:
-        return [html.H3("Findings"), html.P("no findings for this model in this range",
-                                            className="muted")]
+        return [
+            html.H3("Findings"),
+            html.P("no findings for this model in this range", className="muted"),
+        ]
     items = []
     for f in findings:
         state = "open" if is_open(f) else f"resolved {fmt_ago(f.resolved_at, now)}"
-        items.append(html.Li([
-            html.Span(f.severity, className=severity_class(f.severity)),
-            html.Span(f.kind.replace("_", " "), className="finding-kind"),
-            html.Span(f"{state} · since {fmt_time(f.window_start)}", className="muted"),
-            html.P(f.summary),
-            html.Details([html.Summary("evidence"), _evidence(f.evidence)]),
-        ], className="finding"))
+        items.append(
+            html.Li(
+                [
+                    html.Span(f.severity, className=severity_class(f.severity)),
+                    html.Span(f.kind.replace("_", " "), className="finding-kind"),
+                    html.Span(f"{state} · since {fmt_time(f.window_start)}", className="muted"),
+                    html.P(f.summary),
+                    html.Details([html.Summary("evidence"), _evidence(f.evidence)]),
+                ],
+                className="finding",
+            )
+        )
     return [html.H3("Findings"), html.Ul(items, className="findings")]
 
 
 def _current_vs_predicted(rec: Recommendation) -> Any:
-    return html.Table([
-        html.Thead(html.Tr([html.Th(""), html.Th("QPS"), html.Th("p95")])),
-        html.Tbody([
-            html.Tr([html.Td(label), html.Td(fmt_num(p.qps, 0)),
-                     html.Td(fmt_num(p.p95_ms, 1, " ms"))])
-            for label, p in (("current", rec.current), ("predicted", rec.predicted))]),
-    ], className="numbers")
+    return html.Table(
+        [
+            html.Thead(html.Tr([html.Th(""), html.Th("QPS"), html.Th("p95")])),
+            html.Tbody(
+                [
+                    html.Tr(
+                        [
+                            html.Td(label),
+                            html.Td(fmt_num(p.qps, 0)),
+                            html.Td(fmt_num(p.p95_ms, 1, " ms")),
+                        ]
+                    )
+                    for label, p in (("current", rec.current), ("predicted", rec.predicted))
+                ]
+            ),
+        ],
+        className="numbers",
+    )
 
 
 def _rec_meta(stored: StoredRecommendation, *extra: Any) -> Any:
     """Kind, confidence, and status with the time it was made."""
-    return html.Div([
-        html.Span(stored.kind.replace("_", " "), className="badge badge-info"),
-        html.Span(f"confidence {stored.confidence:.0%}", className="muted"),
-        html.Span(f"{stored.status.replace('_', ' ')} · {fmt_time(stored.created_at)}",
-                  className="muted"),
-        *extra], className="rec-meta")
+    return html.Div(
+        [
+            html.Span(stored.kind.replace("_", " "), className="badge badge-info"),
+            html.Span(f"confidence {stored.confidence:.0%}", className="muted"),
+            html.Span(
+                f"{stored.status.replace('_', ' ')} · {fmt_time(stored.created_at)}",
+                className="muted",
+            ),
+            *extra,
+        ],
+        className="rec-meta",
+    )
 
 
 def recommendation_card(view: RecommendationView | None) -> list[Any]:
     if view is None:
-        return [html.H3("Recommendation"),
-                html.P("no recommendation yet — run `batchscope recommend`", className="muted")]
+        return [
+            html.H3("Recommendation"),
+            html.P("no recommendation yet — run `batchscope recommend`", className="muted"),
+        ]
     rec = view.stored.recommendation
-    change_rows = [html.Tr([html.Td(f), html.Td(b), html.Td("→"), html.Td(a)])
-                   for f, b, a in view.changes]
+    change_rows = [
+        html.Tr([html.Td(f), html.Td(b), html.Td("→"), html.Td(a)]) for f, b, a in view.changes
+    ]
     return [
         html.H3("Recommendation"),
         _rec_meta(view.stored),
         html.P(rec.reason, className="reason"),
-        html.Table(html.Tbody(change_rows), className="changes") if change_rows else
-        html.P("keep the current config", className="muted"),
+        html.Table(html.Tbody(change_rows), className="changes")
+        if change_rows
+        else html.P("keep the current config", className="muted"),
         _current_vs_predicted(rec),
-        html.Div([html.Span("config.pbtxt", className="muted"),
-                  dcc.Clipboard(target_id=ids.Model.PBTXT, id=ids.Model.COPY,
-                                title="copy", className="copy")], className="pbtxt-head"),
+        html.Div(
+            [
+                html.Span("config.pbtxt", className="muted"),
+                dcc.Clipboard(
+                    target_id=ids.Model.PBTXT, id=ids.Model.COPY, title="copy", className="copy"
+                ),
+            ],
+            className="pbtxt-head",
+        ),
         html.Pre(rec.config_pbtxt, id=ids.Model.PBTXT, className="code"),
     ]
 
@@ -460,30 +584,48 @@ def pbtxt_diff(current: str, proposed: str) -> Any:
     return html.Pre(lines, className="code diff")
 
 
-def recommendation_list(recs: Sequence[RecommendationView],
-                        selected: tuple[str, str] | None) -> list[Any]:
+def recommendation_list(
+    recs: Sequence[RecommendationView], selected: tuple[str, str] | None
+) -> list[Any]:
     if not recs:
-        return [html.Div([
-            html.H2("No recommendations yet"),
-            html.P("batchscope recommends once a model has served enough traffic to "
-                   "observe (about half a minute under load). `batchscope serve` makes "
-                   "them continuously; `batchscope recommend --db URL` makes one now."),
-        ], className="empty-state")]
+        return [
+            html.Div(
+                [
+                    html.H2("No recommendations yet"),
+                    html.P(
+                        "batchscope recommends once a model has served enough traffic to "
+                        "observe (about half a minute under load). `batchscope serve` makes "
+                        "them continuously; `batchscope recommend --db URL` makes one now."
+                    ),
+                ],
+                className="empty-state",
+            )
+        ]
     items = []
     for view in recs:
         r = view.stored.recommendation
         chosen = selected == (r.target, r.model)
-        gain = (f"{r.predicted.qps / r.current.qps:.2f}× QPS"
-                if r.predicted.qps and r.current.qps else "")
-        items.append(dcc.Link([
-            html.Span(r.model, className="rec-model"),
-            html.Span(r.target, className="muted"),
-            html.Span(r.kind.replace("_", " "),
-                      className="badge " + ("badge-info" if view.changes else "badge-muted")),
-            html.Span(gain, className="rec-gain"),
-            html.Span(view.stored.status.replace("_", " "), className="muted"),
-        ], href=recs_href(r.target, r.model),
-            className="rec-item rec-selected" if chosen else "rec-item"))
+        gain = (
+            f"{r.predicted.qps / r.current.qps:.2f}× QPS"
+            if r.predicted.qps and r.current.qps
+            else ""
+        )
+        items.append(
+            dcc.Link(
+                [
+                    html.Span(r.model, className="rec-model"),
+                    html.Span(r.target, className="muted"),
+                    html.Span(
+                        r.kind.replace("_", " "),
+                        className="badge " + ("badge-info" if view.changes else "badge-muted"),
+                    ),
+                    html.Span(gain, className="rec-gain"),
+                    html.Span(view.stored.status.replace("_", " "), className="muted"),
+                ],
+                href=recs_href(r.target, r.model),
+                className="rec-item rec-selected" if chosen else "rec-item",
+            )
+        )
     return [html.Nav(items, className="rec-items")]
 
 
@@ -493,18 +635,33 @@ def recommendation_detail(view: RecommendationView | None) -> list[Any]:
     stored, rec = view.stored, view.stored.recommendation
     outcome = []
     if stored.verification:
-        outcome = [html.P([html.Strong(stored.status.replace("_", " ") + ": "),
-                           str(stored.verification.get("verdict", ""))], className="verdict")]
+        outcome = [
+            html.P(
+                [
+                    html.Strong(stored.status.replace("_", " ") + ": "),
+                    str(stored.verification.get("verdict", "")),
+                ],
+                className="verdict",
+            )
+        ]
     return [
         html.H2([rec.model, html.Span(f" on {rec.target}", className="muted")]),
         _rec_meta(stored, dcc.Link("model page", href=model_href(rec.target, rec.model))),
         html.P(rec.reason, className="reason"),
         *outcome,
         _current_vs_predicted(rec),
-        html.Div([html.Span("config.pbtxt — current → proposed", className="muted"),
-                  dcc.Clipboard(content=rec.config_pbtxt, id=ids.Recs.APPLY + "-copy",
-                                title="copy the proposed fragment", className="copy")],
-                 className="pbtxt-head"),
+        html.Div(
+            [
+                html.Span("config.pbtxt — current → proposed", className="muted"),
+                dcc.Clipboard(
+                    content=rec.config_pbtxt,
+                    id=ids.Recs.APPLY + "-copy",
+                    title="copy the proposed fragment",
+                    className="copy",
+                ),
+            ],
+            className="pbtxt-head",
+        ),
         pbtxt_diff(view.current_pbtxt, rec.config_pbtxt),
     ]
 
@@ -514,35 +671,67 @@ def what_if_summary(view: WhatIfView | None, delay_us: int | None) -> list[Any]:
         return [html.P(view.error if view is not None and view.error else "", className="muted")]
     i = view.delays_us.index(delay_us) if delay_us in view.delays_us else 0
     qps, p95 = view.predicted[i].qps, view.predicted[i].p95_ms
-    meets = (view.objective_p95_ms is None or p95 is None or p95 <= view.objective_p95_ms)
+    meets = view.objective_p95_ms is None or p95 is None or p95 <= view.objective_p95_ms
     verdict = "meets" if meets else "breaks"
     gain = f" ({qps / view.current.qps:.2f}× today)" if view.current and view.current.qps else ""
-    return [html.P([
-        html.Strong(f"{view.delays_us[i]} µs: {qps:.0f} QPS{gain}, p95 {fmt_num(p95, 1, ' ms')}"),
-        html.Span(f" — {verdict} the objective ({view.objective})",
-                  className="ok" if meets else "bad"),
-    ], id=ids.Recs.WHAT_IF_SUMMARY + "-text")]
+    return [
+        html.P(
+            [
+                html.Strong(
+                    f"{view.delays_us[i]} µs: {qps:.0f} QPS{gain}, p95 {fmt_num(p95, 1, ' ms')}"
+                ),
+                html.Span(
+                    f" — {verdict} the objective ({view.objective})",
+                    className="ok" if meets else "bad",
+                ),
+            ],
+            id=ids.Recs.WHAT_IF_SUMMARY + "-text",
+        )
+    ]
 
 
 def apply_job_status(job: Any) -> list[Any]:
     """The progress and outcome of an Apply (``dashboard.actions.ApplyJob``)."""
     if job is None:
         return []
-    head = {"running": "Applying …", "kept": "Applied and kept",
-            "rolled_back": "Rolled back", "refused": "Refused",
-            "failed": "Failed"}.get(job.state, job.state)
+    head = {
+        "running": "Applying …",
+        "kept": "Applied and kept",
+        "rolled_back": "Rolled back",
+        "refused": "Refused",
+        "failed": "Failed",
+    }.get(job.state, job.state)
     figures = []
     if job.before_qps is not None:
-        figures = [html.Table(html.Tbody([
-            html.Tr([html.Td("before"), html.Td(fmt_num(job.before_qps, 0, " QPS")),
-                     html.Td(fmt_num(job.before_p95_ms, 1, " ms p95"))]),
-            html.Tr([html.Td("after"), html.Td(fmt_num(job.after_qps, 0, " QPS")),
-                     html.Td(fmt_num(job.after_p95_ms, 1, " ms p95"))]),
-        ]), className="numbers")]
-    return [html.H3(head, className=f"job-{job.state}"),
-            html.Ul([html.Li(m) for m in job.messages], className="job-log"),
-            *([html.P(job.verdict, className="verdict")] if job.verdict else []),
-            *figures]
+        figures = [
+            html.Table(
+                html.Tbody(
+                    [
+                        html.Tr(
+                            [
+                                html.Td("before"),
+                                html.Td(fmt_num(job.before_qps, 0, " QPS")),
+                                html.Td(fmt_num(job.before_p95_ms, 1, " ms p95")),
+                            ]
+                        ),
+                        html.Tr(
+                            [
+                                html.Td("after"),
+                                html.Td(fmt_num(job.after_qps, 0, " QPS")),
+                                html.Td(fmt_num(job.after_p95_ms, 1, " ms p95")),
+                            ]
+                        ),
+                    ]
+                ),
+                className="numbers",
+            )
+        ]
+    return [
+        html.H3(head, className=f"job-{job.state}"),
+        html.Ul([html.Li(m) for m in job.messages], className="job-log"),
+        *([html.P(job.verdict, className="verdict")] if job.verdict else []),
+        *figures,
+    ]
 
 
 # --------------------------------------------------------------------------- events
@@ -555,17 +744,30 @@ def events_list(events: Sequence[StoredFinding]) -> list[Any]:
     rows = []
     for e in events:
         state = "open" if is_open(e) else f"resolved {fmt_time(e.resolved_at)}"
-        rows.append(html.Li([
-            html.Div([
-                html.Span(e.severity, className=severity_class(e.severity)),
-                html.Span(e.kind.replace("_", " "), className="finding-kind"),
-                dcc.Link(e.subject, href=model_href(e.target, e.subject),
-                         className="model-link"),
-                html.Span(e.target, className="muted"),
-                html.Span(f"{state} · {fmt_time(e.window_start)} – {fmt_time(e.window_end)}",
-                          className="muted"),
-            ], className="event-head"),
-            html.P(e.summary),
-            html.Details([html.Summary("evidence"), _evidence(e.evidence)]),
-        ], className="finding event"))
+        rows.append(
+            html.Li(
+                [
+                    html.Div(
+                        [
+                            html.Span(e.severity, className=severity_class(e.severity)),
+                            html.Span(e.kind.replace("_", " "), className="finding-kind"),
+                            dcc.Link(
+                                e.subject,
+                                href=model_href(e.target, e.subject),
+                                className="model-link",
+                            ),
+                            html.Span(e.target, className="muted"),
+                            html.Span(
+                                f"{state} · {fmt_time(e.window_start)} – {fmt_time(e.window_end)}",
+                                className="muted",
+                            ),
+                        ],
+                        className="event-head",
+                    ),
+                    html.P(e.summary),
+                    html.Details([html.Summary("evidence"), _evidence(e.evidence)]),
+                ],
+                className="finding event",
+            )
+        )
     return [html.Ul(rows, className="findings events")]

@@ -52,9 +52,13 @@ def plain(text: str) -> str:
 
 def _base(title: str, theme: str, *, y_title: str, x_time: bool = True) -> go.Figure:
     fig = go.Figure()
-    fig.update_layout(template=plotly_template(theme), title={"text": title}, height=_HEIGHT,
-                      yaxis={"title": {"text": y_title}, "rangemode": "tozero"},
-                      hovermode="x unified" if x_time else "closest")
+    fig.update_layout(
+        template=plotly_template(theme),
+        title={"text": title},
+        height=_HEIGHT,
+        yaxis={"title": {"text": y_title}, "rangemode": "tozero"},
+        hovermode="x unified" if x_time else "closest",
+    )
     if x_time:
         fig.update_xaxes(type="date", title={"text": "time (UTC)"})
     return fig
@@ -64,11 +68,23 @@ def empty_figure(message: str, theme: str, *, title: str = "") -> go.Figure:
     """A figure that says why there is nothing to draw: no axes, one centred line."""
     fig = go.Figure()
     fig.update_layout(
-        template=plotly_template(theme), title={"text": title}, height=_HEIGHT,
-        xaxis={"visible": False}, yaxis={"visible": False},
-        annotations=[{"text": plain(message), "xref": "paper", "yref": "paper", "x": 0.5,
-                      "y": 0.5, "showarrow": False,
-                      "font": {"size": 14, "color": palette(theme).muted}}])
+        template=plotly_template(theme),
+        title={"text": title},
+        height=_HEIGHT,
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        annotations=[
+            {
+                "text": plain(message),
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.5,
+                "y": 0.5,
+                "showarrow": False,
+                "font": {"size": 14, "color": palette(theme).muted},
+            }
+        ],
+    )
     return fig
 
 
@@ -76,10 +92,25 @@ def _times(t: Sequence[float]) -> list[datetime]:
     return [datetime.fromtimestamp(v, tz=UTC) for v in t]
 
 
-def _line(fig: go.Figure, series: ModelSeries, values: Sequence[float | None], name: str,
-          colour: str, *, hover: str) -> None:
-    fig.add_trace(go.Scatter(x=_times(series.t), y=list(values), name=name, mode="lines",
-                             line={"color": colour, "width": 2}, hovertemplate=hover))
+def _line(
+    fig: go.Figure,
+    series: ModelSeries,
+    values: Sequence[float | None],
+    name: str,
+    colour: str,
+    *,
+    hover: str,
+) -> None:
+    fig.add_trace(
+        go.Scatter(
+            x=_times(series.t),
+            y=list(values),
+            name=name,
+            mode="lines",
+            line={"color": colour, "width": 2},
+            hovertemplate=hover,
+        )
+    )
 
 
 def qps_figure(series: ModelSeries, theme: str) -> go.Figure:
@@ -87,14 +118,24 @@ def qps_figure(series: ModelSeries, theme: str) -> go.Figure:
     if series.empty:
         return empty_figure(_NO_SAMPLES, theme, title=title)
     fig = _base(title, theme, y_title="requests/s")
-    _line(fig, series, series.requests_per_s, "QPS", palette(theme).series[0],
-          hover="%{y:.1f} req/s<extra></extra>")
+    _line(
+        fig,
+        series,
+        series.requests_per_s,
+        "QPS",
+        palette(theme).series[0],
+        hover="%{y:.1f} req/s<extra></extra>",
+    )
     return fig
 
 
-def batch_size_figure(series: ModelSeries, theme: str, *,
-                      preferred: Sequence[int] = (), max_batch_size: int | None = None,
-                      ) -> go.Figure:
+def batch_size_figure(
+    series: ModelSeries,
+    theme: str,
+    *,
+    preferred: Sequence[int] = (),
+    max_batch_size: int | None = None,
+) -> go.Figure:
     """Average executed batch size, with the preferred sizes (dashed) and the
     maximum (dotted) as the levels it is measured against."""
     title = "Average batch size"
@@ -102,14 +143,26 @@ def batch_size_figure(series: ModelSeries, theme: str, *,
         return empty_figure(_NO_SAMPLES, theme, title=title)
     p = palette(theme)
     fig = _base(title, theme, y_title="inferences per execution")
-    _line(fig, series, series.avg_batch_size, "average batch", p.series[1],
-          hover="%{y:.2f}<extra></extra>")
+    _line(
+        fig,
+        series,
+        series.avg_batch_size,
+        "average batch",
+        p.series[1],
+        hover="%{y:.2f}<extra></extra>",
+    )
     for size in sorted(set(preferred)):
-        fig.add_hline(y=size, line={"color": p.muted, "dash": "dash", "width": 1},
-                      annotation={"text": f"preferred {size}", "font": {"color": p.muted}})
+        fig.add_hline(
+            y=size,
+            line={"color": p.muted, "dash": "dash", "width": 1},
+            annotation={"text": f"preferred {size}", "font": {"color": p.muted}},
+        )
     if max_batch_size:
-        fig.add_hline(y=max_batch_size, line={"color": p.muted, "dash": "dot", "width": 1},
-                      annotation={"text": f"max {max_batch_size}", "font": {"color": p.muted}})
+        fig.add_hline(
+            y=max_batch_size,
+            line={"color": p.muted, "dash": "dot", "width": 1},
+            annotation={"text": f"max {max_batch_size}", "font": {"color": p.muted}},
+        )
     return fig
 
 
@@ -122,23 +175,46 @@ def latency_figure(series: ModelSeries, theme: str) -> go.Figure:
     p = palette(theme)
     fig = _base(title, theme, y_title="ms per request")
     x = _times(series.t)
-    fig.add_trace(go.Scatter(x=x, y=list(series.compute_ms), name="compute", mode="lines",
-                             stackgroup="time", line={"color": p.compute, "width": 1},
-                             hovertemplate="compute %{y:.2f} ms<extra></extra>"))
-    fig.add_trace(go.Scatter(x=x, y=list(series.queue_ms), name="queue", mode="lines",
-                             stackgroup="time", line={"color": p.queue, "width": 1},
-                             hovertemplate="queue %{y:.2f} ms<extra></extra>"))
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=list(series.compute_ms),
+            name="compute",
+            mode="lines",
+            stackgroup="time",
+            line={"color": p.compute, "width": 1},
+            hovertemplate="compute %{y:.2f} ms<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=list(series.queue_ms),
+            name="queue",
+            mode="lines",
+            stackgroup="time",
+            line={"color": p.queue, "width": 1},
+            hovertemplate="queue %{y:.2f} ms<extra></extra>",
+        )
+    )
     return fig
 
 
 def pending_figure(series: ModelSeries, theme: str) -> go.Figure:
     title = "Pending requests"
     if series.empty or not any(v is not None for v in series.pending_request_count):
-        return empty_figure("Triton reports no pending-request gauge for this model", theme,
-                            title=title)
+        return empty_figure(
+            "Triton reports no pending-request gauge for this model", theme, title=title
+        )
     fig = _base(title, theme, y_title="requests waiting")
-    _line(fig, series, series.pending_request_count, "pending", palette(theme).series[3],
-          hover="%{y:.1f} waiting<extra></extra>")
+    _line(
+        fig,
+        series,
+        series.pending_request_count,
+        "pending",
+        palette(theme).series[3],
+        hover="%{y:.1f} waiting<extra></extra>",
+    )
     return fig
 
 
@@ -147,29 +223,48 @@ def failures_figure(series: ModelSeries, theme: str) -> go.Figure:
     if series.empty:
         return empty_figure(_NO_SAMPLES, theme, title=title)
     fig = _base(title, theme, y_title="failures/s")
-    _line(fig, series, series.fail_per_s, "failures", palette(theme).failure,
-          hover="%{y:.2f} fail/s<extra></extra>")
+    _line(
+        fig,
+        series,
+        series.fail_per_s,
+        "failures",
+        palette(theme).failure,
+        hover="%{y:.2f} fail/s<extra></extra>",
+    )
     return fig
 
 
-def distribution_figure(distribution: BatchDistribution, theme: str, *,
-                        preferred: Sequence[int] = ()) -> go.Figure:
+def distribution_figure(
+    distribution: BatchDistribution, theme: str, *, preferred: Sequence[int] = ()
+) -> go.Figure:
     """Share of executions per executed batch size; preferred sizes highlighted."""
     title = "Executed batch sizes"
     if distribution.empty:
-        return empty_figure("no batch statistics in this range (the statistics API "
-                            "reports them per executed batch size)", theme, title=title)
+        return empty_figure(
+            "no batch statistics in this range (the statistics API "
+            "reports them per executed batch size)",
+            theme,
+            title=title,
+        )
     p = palette(theme)
     total = sum(distribution.executions) or 1
     shares = [n / total for n in distribution.executions]
     wanted = set(preferred)
     colours = [p.series[2] if s in wanted else p.series[0] for s in distribution.sizes]
     fig = _base(title, theme, y_title="share of executions", x_time=False)
-    fig.add_trace(go.Bar(
-        x=list(distribution.sizes), y=shares, marker={"color": colours}, name="executions",
-        customdata=list(zip(distribution.executions, distribution.mean_ms, strict=True)),
-        hovertemplate=("batch %{x}: %{y:.1%} of executions<br>%{customdata[0]} executions, "
-                       "%{customdata[1]:.2f} ms each<extra></extra>")))
+    fig.add_trace(
+        go.Bar(
+            x=list(distribution.sizes),
+            y=shares,
+            marker={"color": colours},
+            name="executions",
+            customdata=list(zip(distribution.executions, distribution.mean_ms, strict=True)),
+            hovertemplate=(
+                "batch %{x}: %{y:.1%} of executions<br>%{customdata[0]} executions, "
+                "%{customdata[1]:.2f} ms each<extra></extra>"
+            ),
+        )
+    )
     fig.update_xaxes(title={"text": "batch size"}, type="category")
     fig.update_yaxes(tickformat=".0%")
     return fig
@@ -184,32 +279,60 @@ def service_time_figure(view: ServiceTimeView | None, theme: str) -> go.Figure:
     p = palette(theme)
     fig = _base(title, theme, y_title="ms per execution", x_time=False)
     largest = max(view.executions) or 1
-    fig.add_trace(go.Scatter(
-        x=list(view.sizes), y=list(view.mean_ms), mode="markers", name="observed",
-        marker={"color": p.series[0], "size": [8 + 16 * (n / largest) ** 0.5
-                                                for n in view.executions]},
-        customdata=list(view.executions),
-        hovertemplate="batch %{x}: %{y:.2f} ms (%{customdata} executions)<extra></extra>"))
+    fig.add_trace(
+        go.Scatter(
+            x=list(view.sizes),
+            y=list(view.mean_ms),
+            mode="markers",
+            name="observed",
+            marker={
+                "color": p.series[0],
+                "size": [8 + 16 * (n / largest) ** 0.5 for n in view.executions],
+            },
+            customdata=list(view.executions),
+            hovertemplate="batch %{x}: %{y:.2f} ms (%{customdata} executions)<extra></extra>",
+        )
+    )
     if view.per_sample_ms is not None:
         end = max(view.max_batch_size or 0, max(view.sizes))
         xs = [1, end] if end > 1 else [1, 2]
-        fig.add_trace(go.Scatter(
-            x=xs, y=[view.intercept_ms + view.per_sample_ms * b for b in xs], mode="lines",
-            name=f"fit: {view.intercept_ms:.2f} ms + {view.per_sample_ms:.3f} ms × b",
-            line={"color": p.fit, "dash": "dash", "width": 1.5}, hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=[view.intercept_ms + view.per_sample_ms * b for b in xs],
+                mode="lines",
+                name=f"fit: {view.intercept_ms:.2f} ms + {view.per_sample_ms:.3f} ms × b",
+                line={"color": p.fit, "dash": "dash", "width": 1.5},
+                hoverinfo="skip",
+            )
+        )
     else:
-        fig.add_annotation(text="one batch size seen: the slope is not known yet",
-                           xref="paper", yref="paper", x=0.5, y=0.95, showarrow=False,
-                           font={"color": p.muted})
-    end = max(view.max_batch_size or 0, max(view.sizes)) if view.per_sample_ms is not None \
+        fig.add_annotation(
+            text="one batch size seen: the slope is not known yet",
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.95,
+            showarrow=False,
+            font={"color": p.muted},
+        )
+    end = (
+        max(view.max_batch_size or 0, max(view.sizes))
+        if view.per_sample_ms is not None
         else max(view.sizes)
-    fig.update_xaxes(title={"text": "batch size"}, range=[0, end + 1], tick0=0,
-                     dtick=max(1, math.ceil((end + 1) / 8)))
+    )
+    fig.update_xaxes(
+        title={"text": "batch size"},
+        range=[0, end + 1],
+        tick0=0,
+        dtick=max(1, math.ceil((end + 1) / 8)),
+    )
     return fig
 
 
-def what_if_figure(view: WhatIfView | None, theme: str, *,
-                   chosen_delay_us: int | None = None) -> go.Figure:
+def what_if_figure(
+    view: WhatIfView | None, theme: str, *, chosen_delay_us: int | None = None
+) -> go.Figure:
     """Predicted QPS (bars, left axis) and p95 (line, right axis) over the max queue
     delays, the objective as a dashed line on the p95 axis, the chosen delay marked
     and today's figures as dotted lines."""
@@ -220,59 +343,122 @@ def what_if_figure(view: WhatIfView | None, theme: str, *,
     labels = [f"{d} µs" for d in view.delays_us]
     fig = go.Figure()
     fig.update_layout(
-        template=plotly_template(theme), height=_HEIGHT + 60, hovermode="x unified",
-        title={"text": f"Predicted at the observed load · {view.instances} instance(s), "
-                       f"preferred {', '.join(map(str, view.preferred)) or 'none'}"},
+        template=plotly_template(theme),
+        height=_HEIGHT + 60,
+        hovermode="x unified",
+        title={
+            "text": f"Predicted at the observed load · {view.instances} instance(s), "
+            f"preferred {', '.join(map(str, view.preferred)) or 'none'}"
+        },
         xaxis={"title": {"text": "max_queue_delay_microseconds"}, "type": "category"},
         yaxis={"title": {"text": "QPS"}, "rangemode": "tozero"},
-        yaxis2={"title": {"text": "p95 (ms)"}, "overlaying": "y", "side": "right",
-                "rangemode": "tozero", "showgrid": False},
-        legend={"orientation": "h", "y": -0.3})
+        yaxis2={
+            "title": {"text": "p95 (ms)"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            "showgrid": False,
+        },
+        legend={"orientation": "h", "y": -0.3},
+    )
     colours = [p.series[0] if d != chosen_delay_us else p.series[2] for d in view.delays_us]
-    fig.add_trace(go.Bar(x=labels, y=[p.qps for p in view.predicted], name="predicted QPS",
-                         marker={"color": colours}, hovertemplate="%{y:.0f} QPS<extra></extra>"))
-    fig.add_trace(go.Scatter(x=labels, y=[p.p95_ms for p in view.predicted],
-                             name="predicted p95", yaxis="y2",
-                             mode="lines+markers", line={"color": p.queue, "width": 3},
-                             hovertemplate="p95 %{y:.1f} ms<extra></extra>"))
+    fig.add_trace(
+        go.Bar(
+            x=labels,
+            y=[p.qps for p in view.predicted],
+            name="predicted QPS",
+            marker={"color": colours},
+            hovertemplate="%{y:.0f} QPS<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=labels,
+            y=[p.p95_ms for p in view.predicted],
+            name="predicted p95",
+            yaxis="y2",
+            mode="lines+markers",
+            line={"color": p.queue, "width": 3},
+            hovertemplate="p95 %{y:.1f} ms<extra></extra>",
+        )
+    )
     if view.objective_p95_ms is not None:
-        fig.add_trace(go.Scatter(x=[labels[0], labels[-1]],
-                                 y=[view.objective_p95_ms] * 2, yaxis="y2",
-                                 name=f"objective ({plain(view.objective)})", mode="lines",
-                                 line={"color": p.failure, "dash": "dash", "width": 2},
-                                 hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=[labels[0], labels[-1]],
+                y=[view.objective_p95_ms] * 2,
+                yaxis="y2",
+                name=f"objective ({plain(view.objective)})",
+                mode="lines",
+                line={"color": p.failure, "dash": "dash", "width": 2},
+                hoverinfo="skip",
+            )
+        )
     if view.current is not None:
-        fig.add_trace(go.Scatter(x=[labels[0], labels[-1]], y=[view.current.qps] * 2,
-                                 name="QPS now", mode="lines", hoverinfo="skip",
-                                 line={"color": p.muted, "dash": "dot", "width": 2}))
+        fig.add_trace(
+            go.Scatter(
+                x=[labels[0], labels[-1]],
+                y=[view.current.qps] * 2,
+                name="QPS now",
+                mode="lines",
+                hoverinfo="skip",
+                line={"color": p.muted, "dash": "dot", "width": 2},
+            )
+        )
     return fig
 
 
-def heatmap_figure(rows: Sequence[HeatRow], t: Sequence[float], theme: str, *, title: str,
-                   unit: str = "%", zmax: float | None = 100.0) -> go.Figure:
+def heatmap_figure(
+    rows: Sequence[HeatRow],
+    t: Sequence[float],
+    theme: str,
+    *,
+    title: str,
+    unit: str = "%",
+    zmax: float | None = 100.0,
+) -> go.Figure:
     """Utilisation over time, one row per device or process (labels as plain text)."""
     if not rows:
         return empty_figure("no readings in this range", theme, title=title)
-    fig = go.Figure(go.Heatmap(
-        x=_times(t), y=[plain(r.label) for r in rows], z=[r.values for r in rows],
-        zmin=0, zmax=zmax, colorscale="Viridis", colorbar={"title": {"text": unit}},
-        hovertemplate="%{y}<br>%{x}<br>%{z:.1f} " + unit + "<extra></extra>"))
-    fig.update_layout(template=plotly_template(theme), title={"text": title},
-                      height=max(_HEIGHT, 80 + 28 * len(rows)))
+    fig = go.Figure(
+        go.Heatmap(
+            x=_times(t),
+            y=[plain(r.label) for r in rows],
+            z=[r.values for r in rows],
+            zmin=0,
+            zmax=zmax,
+            colorscale="Viridis",
+            colorbar={"title": {"text": unit}},
+            hovertemplate="%{y}<br>%{x}<br>%{z:.1f} " + unit + "<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        template=plotly_template(theme),
+        title={"text": title},
+        height=max(_HEIGHT, 80 + 28 * len(rows)),
+    )
     fig.update_xaxes(type="date")
     fig.update_yaxes(automargin=True)  # row labels are long; never cut them off
     return fig
 
 
-def rows_figure(rows: Sequence[HeatRow], t: Sequence[float], theme: str, *, title: str,
-                y_title: str) -> go.Figure:
+def rows_figure(
+    rows: Sequence[HeatRow], t: Sequence[float], theme: str, *, title: str, y_title: str
+) -> go.Figure:
     """One line per row over time (memory, power)."""
     if not rows:
         return empty_figure("no readings in this range", theme, title=title)
     fig = _base(title, theme, y_title=y_title)
     colours = palette(theme).series
     for i, r in enumerate(rows):
-        fig.add_trace(go.Scatter(x=_times(t), y=r.values, name=plain(r.label), mode="lines",
-                                 line={"color": colours[i % len(colours)], "width": 2},
-                                 connectgaps=False))
+        fig.add_trace(
+            go.Scatter(
+                x=_times(t),
+                y=r.values,
+                name=plain(r.label),
+                mode="lines",
+                line={"color": colours[i % len(colours)], "width": 2},
+                connectgaps=False,
+            )
+        )
     return fig

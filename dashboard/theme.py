@@ -42,16 +42,28 @@ class Palette:
 
 _PALETTES: Final = {
     DARK: Palette(
-        background="#0f1419", surface="#171d24", text="#e6e9ee", muted="#8b95a3",
+        background="#0f1419",
+        surface="#171d24",
+        text="#e6e9ee",
+        muted="#8b95a3",
         grid="#26303b",
         series=("#4ea1ff", "#f2b94b", "#58d68d", "#e07be0", "#5fd3d3", "#ff8a65"),
-        queue="#f2b94b", compute="#4ea1ff", failure="#ff5c5c", fit="#e6e9ee",
+        queue="#f2b94b",
+        compute="#4ea1ff",
+        failure="#ff5c5c",
+        fit="#e6e9ee",
     ),
     LIGHT: Palette(
-        background="#ffffff", surface="#f5f7fa", text="#1b2430", muted="#5b6675",
+        background="#ffffff",
+        surface="#f5f7fa",
+        text="#1b2430",
+        muted="#5b6675",
         grid="#e3e8ef",
         series=("#1f6fd1", "#c98a0a", "#1e9e57", "#a13ea1", "#138a8a", "#d9572b"),
-        queue="#c98a0a", compute="#1f6fd1", failure="#d12f2f", fit="#1b2430",
+        queue="#c98a0a",
+        compute="#1f6fd1",
+        failure="#d12f2f",
+        fit="#1b2430",
     ),
 }
 
@@ -65,27 +77,44 @@ def plotly_template(theme: str) -> go.layout.Template:
     """The figures' template: transparent paper (the page's surface shows through),
     the palette's text and grid, series colours in order, a compact legend on top."""
     p = palette(theme)
-    axis = {"gridcolor": p.grid, "zerolinecolor": p.grid, "linecolor": p.grid,
-            "tickfont": {"color": p.muted}, "title": {"font": {"color": p.muted}}}
-    return go.layout.Template(layout={
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "rgba(0,0,0,0)",
-        "font": {"color": p.text, "family": "Inter, system-ui, sans-serif", "size": 13},
-        "colorway": list(p.series),
-        "xaxis": axis,
-        "yaxis": axis,
-        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1,
-                   "xanchor": "right", "font": {"color": p.muted}},
-        "margin": {"l": 56, "r": 16, "t": 48, "b": 40},
-        "hoverlabel": {"bgcolor": p.surface, "font": {"color": p.text}},
-        "title": {"font": {"size": 15, "color": p.text}, "x": 0, "xanchor": "left"},
-    })
+    axis = {
+        "gridcolor": p.grid,
+        "zerolinecolor": p.grid,
+        "linecolor": p.grid,
+        "tickfont": {"color": p.muted},
+        "title": {"font": {"color": p.muted}},
+    }
+    return go.layout.Template(
+        layout={
+            "paper_bgcolor": "rgba(0,0,0,0)",
+            "plot_bgcolor": "rgba(0,0,0,0)",
+            "font": {"color": p.text, "family": "Inter, system-ui, sans-serif", "size": 13},
+            "colorway": list(p.series),
+            "xaxis": axis,
+            "yaxis": axis,
+            "legend": {
+                "orientation": "h",
+                "y": 1.02,
+                "yanchor": "bottom",
+                "x": 1,
+                "xanchor": "right",
+                "font": {"color": p.muted},
+            },
+            "margin": {"l": 56, "r": 16, "t": 48, "b": 40},
+            "hoverlabel": {"bgcolor": p.surface, "font": {"color": p.text}},
+            "title": {"font": {"size": 15, "color": p.text}, "x": 0, "xanchor": "left"},
+        }
+    )
 
 
 # Utilisation scale: low is idle capacity (the problem batchscope hunts), high is
 # healthy use; the same hues in both themes, so a wall screen reads the same.
-_UTILISATION_STOPS: Final = ((0.0, "#c0392b"), (30.0, "#e67e22"), (60.0, "#f1c40f"),
-                             (85.0, "#27ae60"))
+_UTILISATION_STOPS: Final = (
+    (0.0, "#c0392b"),
+    (30.0, "#e67e22"),
+    (60.0, "#f1c40f"),
+    (85.0, "#27ae60"),
+)
 
 
 def utilisation_colour(pct: float | None) -> str:
@@ -102,4 +131,5 @@ def utilisation_colour(pct: float | None) -> str:
 def severity_class(severity: str) -> str:
     """CSS class of a finding badge."""
     return {"critical": "badge badge-critical", "warning": "badge badge-warning"}.get(
-        severity, "badge badge-info")
+        severity, "badge badge-info"
+    )

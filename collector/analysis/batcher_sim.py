@@ -83,10 +83,11 @@ def _service_table(service: ServiceModel, k: int, max_requests: int) -> list[flo
     table = [0.0]
     for m in range(1, max_requests + 1):
         value = float(service.mean_ms(m * k))
-        require(math.isfinite(value) and value >= 0,
-                f"mean_ms({m * k}) must be finite and >= 0, got {value}")
-        require(value + service.overhead_ms > 0,
-                f"mean_ms({m * k}) + overhead_ms must be > 0")
+        require(
+            math.isfinite(value) and value >= 0,
+            f"mean_ms({m * k}) must be finite and >= 0, got {value}",
+        )
+        require(value + service.overhead_ms > 0, f"mean_ms({m * k}) + overhead_ms must be > 0")
         table.append(value)
     return table
 
@@ -101,9 +102,15 @@ def _best_preferred(config: BatcherConfig, k: int, max_requests: int) -> list[in
     return table
 
 
-def simulate(config: BatcherConfig, service: ServiceModel, load: Load, *,
-             requests: int = 20000, seed: int = 0,
-             warmup_fraction: float = 0.1) -> SimResult:
+def simulate(
+    config: BatcherConfig,
+    service: ServiceModel,
+    load: Load,
+    *,
+    requests: int = 20000,
+    seed: int = 0,
+    warmup_fraction: float = 0.1,
+) -> SimResult:
     """Simulate ``requests`` arrivals of ``load`` against ``config`` and ``service``.
 
     Deterministic for a given ``seed``. Raises ``ValueError`` for inputs Triton would
@@ -149,8 +156,7 @@ class _BatchRule:
             exceeded = t >= due
         if best and not exceeded:
             return best, due
-        if (queued > m_max or nn * self.k >= self.max_pref or exceeded
-                or self.delay_ms == 0):
+        if queued > m_max or nn * self.k >= self.max_pref or exceeded or self.delay_ms == 0:
             return nn, due
         return 0, due
 
@@ -183,9 +189,9 @@ class _Queue:
         in_main = len(main) - head
         if m <= in_main:
             self.head = head + m
-            return main[head:head + m]
+            return main[head : head + m]
         from_delayed = m - in_main
-        members = main[head:] + self.delayed[self.delayed_head:self.delayed_head + from_delayed]
+        members = main[head:] + self.delayed[self.delayed_head : self.delayed_head + from_delayed]
         self.head = len(main)
         self.delayed_head += from_delayed
         return members
@@ -195,11 +201,20 @@ class _Executions:
     """How long each batch runs: the mean per size, a unit-mean random multiplier per
     batch, and the stretch of CPU contention (see :class:`ServiceModel`)."""
 
-    __slots__ = ("contended", "cores", "cpu_fraction", "executing", "free_ends_exec",
-                 "mean_ms", "multipliers", "overhead_ms")
+    __slots__ = (
+        "contended",
+        "cores",
+        "cpu_fraction",
+        "executing",
+        "free_ends_exec",
+        "mean_ms",
+        "multipliers",
+        "overhead_ms",
+    )
 
-    def __init__(self, service: ServiceModel, mean_ms: list[float], requests: int,
-                 rng: np.random.Generator) -> None:
+    def __init__(
+        self, service: ServiceModel, mean_ms: list[float], requests: int, rng: np.random.Generator
+    ) -> None:
         self.mean_ms = mean_ms
         # One multiplier per batch: at most one batch per request.
         self.multipliers: list[float] | None = None
@@ -226,11 +241,22 @@ class _Clients:
     """The clients of a closed load: who sent which request, when each sent again,
     and the shared serial station their responses pass (see :class:`ClosedLoad`)."""
 
-    __slots__ = ("back", "client_free", "client_ms", "client_of", "count", "incoming",
-                 "reject_retry_ms", "staggered", "think_draws", "think_ms")
+    __slots__ = (
+        "back",
+        "client_free",
+        "client_ms",
+        "client_of",
+        "count",
+        "incoming",
+        "reject_retry_ms",
+        "staggered",
+        "think_draws",
+        "think_ms",
+    )
 
-    def __init__(self, load: ClosedLoad, requests: int, rng: np.random.Generator,
-                 one_request_ms: float) -> None:
+    def __init__(
+        self, load: ClosedLoad, requests: int, rng: np.random.Generator, one_request_ms: float
+    ) -> None:
         self.count = load.clients
         self.think_ms = float(load.think_ms)
         self.client_ms = float(load.client_ms)
@@ -266,13 +292,43 @@ class _Simulation:
     """One run: the event heap, the queue, the instances and what each request and
     batch did. :meth:`run` is the event loop; each step of an instant is a method."""
 
-    __slots__ = ("arrival", "arrived", "batch_end", "batch_members", "batch_size",
-                 "batch_start", "clients", "end", "executions", "free", "heap", "instances",
-                 "k", "max_queue_size", "queue", "reject_on_timeout", "rejected_measured",
-                 "requests", "rule", "start", "timeout_ms", "wake_at", "wake_timeouts", "warm")
+    __slots__ = (
+        "arrival",
+        "arrived",
+        "batch_end",
+        "batch_members",
+        "batch_size",
+        "batch_start",
+        "clients",
+        "end",
+        "executions",
+        "free",
+        "heap",
+        "instances",
+        "k",
+        "max_queue_size",
+        "queue",
+        "reject_on_timeout",
+        "rejected_measured",
+        "requests",
+        "rule",
+        "start",
+        "timeout_ms",
+        "wake_at",
+        "wake_timeouts",
+        "warm",
+    )
 
-    def __init__(self, config: BatcherConfig, service: ServiceModel, load: Load, k: int,
-                 requests: int, seed: int, warmup_fraction: float) -> None:
+    def __init__(
+        self,
+        config: BatcherConfig,
+        service: ServiceModel,
+        load: Load,
+        k: int,
+        requests: int,
+        seed: int,
+        warmup_fraction: float,
+    ) -> None:
         self.k = k
         self.rule = _BatchRule(config, k)
         mean_ms = _service_table(service, k, self.rule.m_max)
@@ -326,9 +382,11 @@ class _Simulation:
                 break
             if heap and heap[0][0] <= t:
                 apply_events(t)  # 1. every event at this instant
-            if (incoming or (open_load and self.arrived < requests
-                             and arrival[self.arrived] <= t)
-                    or (expires and queue.head < len(queue.main))):
+            if (
+                incoming
+                or (open_load and self.arrived < requests and arrival[self.arrived] <= t)
+                or (expires and queue.head < len(queue.main))
+            ):
                 arrivals(t)  # 2. arrivals, timeouts, admission
             waiting = queue.head < len(queue.main) or queue.delayed_head < len(queue.delayed)
             want = form_batches(t) if free and waiting else inf  # 3. the batcher
@@ -465,10 +523,19 @@ class _Simulation:
 
     def _summary(self) -> SimResult:
         closed = self.clients is not None
-        return _summarise(self.arrival[:self.arrived] if closed else self.arrival,
-                          self.start, self.end, self.warm, self.rejected_measured,
-                          self.batch_start, self.batch_end, self.batch_size, self.k,
-                          self.instances, back=self.clients.back if self.clients else None)
+        return _summarise(
+            self.arrival[: self.arrived] if closed else self.arrival,
+            self.start,
+            self.end,
+            self.warm,
+            self.rejected_measured,
+            self.batch_start,
+            self.batch_end,
+            self.batch_size,
+            self.k,
+            self.instances,
+            back=self.clients.back if self.clients else None,
+        )
 
 
 def _open_arrivals(load: OpenLoad, requests: int, rng: np.random.Generator) -> list[float]:
@@ -485,10 +552,20 @@ def _open_arrivals(load: OpenLoad, requests: int, rng: np.random.Generator) -> l
     return arrivals
 
 
-def _summarise(arr: list[float], start: list[float], end: list[float], warm: int,
-               rejected_measured: int, b_start: list[float], b_end: list[float],
-               b_size: list[int], k: int, instances: int, *,
-               back: list[float] | None = None) -> SimResult:
+def _summarise(
+    arr: list[float],
+    start: list[float],
+    end: list[float],
+    warm: int,
+    rejected_measured: int,
+    b_start: list[float],
+    b_end: list[float],
+    b_size: list[int],
+    k: int,
+    instances: int,
+    *,
+    back: list[float] | None = None,
+) -> SimResult:
     """Window statistics from the per-request and per-batch records (vectorised)."""
     n = len(arr)
     a = np.asarray(arr, dtype=float)
@@ -536,8 +613,18 @@ def _summarise(arr: list[float], start: list[float], end: list[float], warm: int
     else:
         size_counts, avg_batch = {}, math.nan
     return SimResult(
-        throughput_per_s=throughput, p50_ms=p50, p95_ms=p95, p99_ms=p99,
-        mean_latency_ms=mean_lat, mean_queue_ms=mean_wait, avg_batch_size=avg_batch,
-        busy_share=busy, rejected_per_s=rejected, batch_size_counts=size_counts,
-        completed=int(done.sum()), client_p50_ms=client_p50, client_p95_ms=client_p95,
-        mean_client_ms=client_mean)
+        throughput_per_s=throughput,
+        p50_ms=p50,
+        p95_ms=p95,
+        p99_ms=p99,
+        mean_latency_ms=mean_lat,
+        mean_queue_ms=mean_wait,
+        avg_batch_size=avg_batch,
+        busy_share=busy,
+        rejected_per_s=rejected,
+        batch_size_counts=size_counts,
+        completed=int(done.sum()),
+        client_p50_ms=client_p50,
+        client_p95_ms=client_p95,
+        mean_client_ms=client_mean,
+    )

@@ -56,9 +56,16 @@ def config_with(base_raw_json: str, proposed: BatcherConfig) -> dict[str, Any]:
 
 def config_changes(current: BatcherConfig, proposed: BatcherConfig) -> tuple[ConfigChange, ...]:
     """Each field that differs, in the order a person reads a config."""
-    names = ("dynamic_batching", "max_batch_size", "preferred_batch_sizes",
-             "max_queue_delay_us", "instance_count", "max_queue_size", "default_timeout_us",
-             "timeout_action")
+    names = (
+        "dynamic_batching",
+        "max_batch_size",
+        "preferred_batch_sizes",
+        "max_queue_delay_us",
+        "instance_count",
+        "max_queue_size",
+        "default_timeout_us",
+        "timeout_action",
+    )
     changes = []
     for name in names:
         before, after = getattr(current, name), getattr(proposed, name)

@@ -102,7 +102,8 @@ class ServiceTimeFit:
         if per_sample_ms is None:
             raise ValueError(
                 f"slope unidentified (only batch size {anchor} observed): "
-                f"pass per_sample_ms to predict batch size {batch}")
+                f"pass per_sample_ms to predict batch size {batch}"
+            )
         return self.intercept_ms + per_sample_ms * (batch - anchor)
 
     def mean_ms(self, batch: int, *, per_sample_ms: float | None = None) -> float:
@@ -135,8 +136,7 @@ class ServiceTimeFit:
         cov = self.intercept_slope_cov_ms2 or 0.0
         return math.sqrt(max(var_a + batch * batch * var_s + 2.0 * batch * cov, 0.0))
 
-    def interval_ms(self, batch: int, *,
-                    per_sample_ms: float | None = None) -> tuple[float, float]:
+    def interval_ms(self, batch: int, *, per_sample_ms: float | None = None) -> tuple[float, float]:
         """≈95 % band of the mean execution time at ``batch``: ``mean ± 1.96 SE``,
         the SE of the fitted line there (it widens away from the observed sizes).
         With the slope unidentified, a size other than the observed one gets
@@ -147,8 +147,7 @@ class ServiceTimeFit:
         mid = self.mean_ms(batch, per_sample_ms=per_sample_ms)
         return (max(mid - _Z95 * se, 0.0), mid + _Z95 * se)
 
-    def relative_uncertainty(self, batch: int, *,
-                             per_sample_ms: float | None = None) -> float:
+    def relative_uncertainty(self, batch: int, *, per_sample_ms: float | None = None) -> float:
         """Relative standard error (SE / mean) of the mean execution time at
         ``batch``; ``inf`` where the slope is unidentified and ``batch`` is not the
         observed size."""
@@ -171,8 +170,9 @@ def _mean_ms(total_ns: float, executions: int) -> float:
     return total_ns / executions / 1e6
 
 
-def fit_service_time(batches: Sequence[BatchStat], *,
-                     cv_floor: float = CV_FLOOR) -> ServiceTimeFit | None:
+def fit_service_time(
+    batches: Sequence[BatchStat], *, cv_floor: float = CV_FLOOR
+) -> ServiceTimeFit | None:
     """Weighted least squares of mean execution time on batch size.
 
     ``batches`` are batch_stats *increases* over a window (a size may appear more
@@ -197,8 +197,10 @@ def fit_service_time(batches: Sequence[BatchStat], *,
         acc[1] += b.compute_ns
     if not sums:
         return None
-    points = tuple(ServicePoint(batch_size=size, executions=n, mean_ms=_mean_ms(ns, n))
-                   for size, (n, ns) in sorted(sums.items()))
+    points = tuple(
+        ServicePoint(batch_size=size, executions=n, mean_ms=_mean_ms(ns, n))
+        for size, (n, ns) in sorted(sums.items())
+    )
     total = sum(p.executions for p in points)
     largest = points[-1].batch_size
     ybar = sum(p.executions * p.mean_ms for p in points) / total
@@ -206,9 +208,15 @@ def fit_service_time(batches: Sequence[BatchStat], *,
     if len(points) == 1:
         cv = cv_floor
         return ServiceTimeFit(
-            intercept_ms=points[0].mean_ms, per_sample_ms=None,
-            intercept_se_ms=cv * ybar / math.sqrt(total), per_sample_se_ms=None,
-            residual_cv=cv, points=points, max_observed_batch=largest, executions=total)
+            intercept_ms=points[0].mean_ms,
+            per_sample_ms=None,
+            intercept_se_ms=cv * ybar / math.sqrt(total),
+            per_sample_se_ms=None,
+            residual_cv=cv,
+            points=points,
+            max_observed_batch=largest,
+            executions=total,
+        )
 
     # Closed-form WLS on centred sizes: exact, and well conditioned for large sizes.
     xbar = sum(p.executions * p.batch_size for p in points) / total
@@ -230,11 +238,16 @@ def fit_service_time(batches: Sequence[BatchStat], *,
     cv = max(cv, cv_floor)
     sigma2 = max(ss / dof if dof > 0 else 0.0, (cv * ybar) ** 2)
     return ServiceTimeFit(
-        intercept_ms=intercept, per_sample_ms=slope,
+        intercept_ms=intercept,
+        per_sample_ms=slope,
         intercept_se_ms=math.sqrt(sigma2 * (1.0 / total + xbar * xbar / sxx)),
         per_sample_se_ms=math.sqrt(sigma2 / sxx),
-        residual_cv=cv, points=points, max_observed_batch=largest, executions=total,
-        intercept_slope_cov_ms2=-xbar * sigma2 / sxx)
+        residual_cv=cv,
+        points=points,
+        max_observed_batch=largest,
+        executions=total,
+        intercept_slope_cov_ms2=-xbar * sigma2 / sxx,
+    )
 
 
 # --------------------------------------------------------------------------- arrivals
@@ -266,7 +279,8 @@ def arrival_stats(counts: Sequence[float], interval_s: Sequence[float]) -> Arriv
     """
     if len(counts) != len(interval_s):
         raise ValueError(
-            f"counts and interval_s differ in length ({len(counts)} vs {len(interval_s)})")
+            f"counts and interval_s differ in length ({len(counts)} vs {len(interval_s)})"
+        )
     pairs: list[tuple[float, float]] = []
     for c, t in zip(counts, interval_s, strict=True):
         if not (math.isfinite(c) and math.isfinite(t)):

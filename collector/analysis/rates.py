@@ -104,14 +104,19 @@ _PER_REQUEST = {
     "request_us_per_request": "request_duration_us",
 }
 
-_CORE_COUNTERS = ("request_success", "inference_count", "exec_count", "request_duration_us",
-                  "queue_duration_us", "compute_infer_duration_us")
+_CORE_COUNTERS = (
+    "request_success",
+    "inference_count",
+    "exec_count",
+    "request_duration_us",
+    "queue_duration_us",
+    "compute_infer_duration_us",
+)
 
 
 def metrics_reset(prev: ModelSample, cur: ModelSample) -> bool:
     """True when a core counter of the metrics endpoint went down (Triton restarted)."""
-    return any(getattr(cur.metrics, name) < getattr(prev.metrics, name)
-               for name in _CORE_COUNTERS)
+    return any(getattr(cur.metrics, name) < getattr(prev.metrics, name) for name in _CORE_COUNTERS)
 
 
 def stats_reset(prev: ModelSample, cur: ModelSample) -> bool:
@@ -120,8 +125,10 @@ def stats_reset(prev: ModelSample, cur: ModelSample) -> bool:
     two sources are segmented separately."""
     if prev.stats is None or cur.stats is None:
         return False
-    return (cur.stats.execution_count < prev.stats.execution_count
-            or cur.stats.inference_count < prev.stats.inference_count)
+    return (
+        cur.stats.execution_count < prev.stats.execution_count
+        or cur.stats.inference_count < prev.stats.inference_count
+    )
 
 
 def is_reset(prev: ModelSample, cur: ModelSample) -> bool:
@@ -134,8 +141,9 @@ def _increase(prev: float, cur: float, reset: bool) -> float:
     return cur if reset or cur < prev else cur - prev
 
 
-def batch_stats_increase(prev: Sequence[BatchStat] | None, cur: Sequence[BatchStat],
-                         *, reset: bool = False) -> tuple[BatchStat, ...]:
+def batch_stats_increase(
+    prev: Sequence[BatchStat] | None, cur: Sequence[BatchStat], *, reset: bool = False
+) -> tuple[BatchStat, ...]:
     """Executions and time per executed batch size between two cumulative readings;
     sizes with no new execution are left out."""
     before = {b.batch_size: b for b in (prev or ())} if not reset else {}
@@ -174,9 +182,16 @@ def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
     }
     batch_ns: float | None = None
     if cur.stats is not None:
-        batch_ns = float(sum(b.compute_ns for b in batch_stats_increase(
-            prev.stats.batch_stats if prev.stats else None, cur.stats.batch_stats,
-            reset=reset or reloaded or prev.stats is None)))
+        batch_ns = float(
+            sum(
+                b.compute_ns
+                for b in batch_stats_increase(
+                    prev.stats.batch_stats if prev.stats else None,
+                    cur.stats.batch_stats,
+                    reset=reset or reloaded or prev.stats is None,
+                )
+            )
+        )
     return CounterIncrease(
         seconds=max(cur.collected_at - prev.collected_at, 0.0),
         counters=increases,
@@ -216,14 +231,16 @@ def rates_from_increase(inc: CounterIncrease, *, instance_count: int | None) -> 
     )
 
 
-def rates_between(prev: ModelSample, cur: ModelSample, *,
-                  instance_count: int | None = None) -> ModelRates:
+def rates_between(
+    prev: ModelSample, cur: ModelSample, *, instance_count: int | None = None
+) -> ModelRates:
     """Rates over the window between two consecutive samples of one series."""
     return rates_from_increase(counter_increase(prev, cur), instance_count=instance_count)
 
 
-def window_rates(samples: Sequence[ModelSample], *,
-                 instance_count: int | None = None) -> ModelRates | None:
+def window_rates(
+    samples: Sequence[ModelSample], *, instance_count: int | None = None
+) -> ModelRates | None:
     """Rates over a window of samples of one series, oldest first; ``None`` with fewer
     than two samples."""
     if len(samples) < 2:
@@ -232,7 +249,6 @@ def window_rates(samples: Sequence[ModelSample], *,
         counter_increase(prev, cur) for prev, cur in zip(samples, samples[1:], strict=False)
     )
     return rates_from_increase(total, instance_count=instance_count)
-
 
 
 # --------------------------------------------------------------------------- merging rates
@@ -293,13 +309,14 @@ def peak_rates(parts: Sequence[ModelRates]) -> ModelPeaks | None:
     """The highest of each ``ModelPeaks`` figure over ``parts``; ``None`` for no parts."""
     if not parts:
         return None
-    return ModelPeaks(**{
-        f.name: gauge_max(getattr(p, f.name) for p in parts) for f in fields(ModelPeaks)
-    })
+    return ModelPeaks(
+        **{f.name: gauge_max(getattr(p, f.name) for p in parts) for f in fields(ModelPeaks)}
+    )
 
 
-def bucket_rates(samples: Sequence[ModelSample], *, since: float, until: float,
-                 bucket_s: float) -> list[tuple[float, ModelRates]]:
+def bucket_rates(
+    samples: Sequence[ModelSample], *, since: float, until: float, bucket_s: float
+) -> list[tuple[float, ModelRates]]:
     """Rates per ``bucket_s``-long bucket counted from ``since`` of the samples of ONE
     series (oldest first) with ``since <= collected_at <= until``, merged over time
     from their stored per-scrape rates (samples without rates are left out). Each

@@ -126,16 +126,20 @@ def require(ok: bool, message: str) -> None:
         raise ValueError(message)
 
 
-def validate(config: BatcherConfig, service: ServiceModel, load: Load, requests: int,
-             warmup_fraction: float) -> int:
+def validate(
+    config: BatcherConfig, service: ServiceModel, load: Load, requests: int, warmup_fraction: float
+) -> int:
     """Check every input; returns the request size ``k``."""
     k = _check_load(load)
     _check_config(config, k)
     _check_service(service)
-    require(isinstance(requests, int) and requests >= 2,
-            f"requests must be an int >= 2, got {requests!r}")
-    require(0.0 <= warmup_fraction < 1.0,
-            f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
+    require(
+        isinstance(requests, int) and requests >= 2,
+        f"requests must be an int >= 2, got {requests!r}",
+    )
+    require(
+        0.0 <= warmup_fraction < 1.0, f"warmup_fraction must be in [0, 1), got {warmup_fraction}"
+    )
     return k
 
 
@@ -144,17 +148,23 @@ def _non_negative(name: str, value: float) -> None:
 
 
 def _check_load(load: Load) -> int:
-    require(isinstance(load, OpenLoad | ClosedLoad),
-            f"load must be OpenLoad or ClosedLoad, got {type(load).__name__}")
+    require(
+        isinstance(load, OpenLoad | ClosedLoad),
+        f"load must be OpenLoad or ClosedLoad, got {type(load).__name__}",
+    )
     k = load.request_batch
     require(isinstance(k, int) and k >= 1, f"request_batch must be an int >= 1, got {k!r}")
     if isinstance(load, OpenLoad):
-        require(math.isfinite(load.rate_per_s) and load.rate_per_s > 0,
-                f"rate_per_s must be finite and > 0, got {load.rate_per_s}")
+        require(
+            math.isfinite(load.rate_per_s) and load.rate_per_s > 0,
+            f"rate_per_s must be finite and > 0, got {load.rate_per_s}",
+        )
         _non_negative("dispersion", load.dispersion)
     else:
-        require(isinstance(load.clients, int) and load.clients >= 1,
-                f"clients must be an int >= 1, got {load.clients!r}")
+        require(
+            isinstance(load.clients, int) and load.clients >= 1,
+            f"clients must be an int >= 1, got {load.clients!r}",
+        )
         _non_negative("think_ms", load.think_ms)
         _non_negative("client_ms", load.client_ms)
         _non_negative("think_cv", load.think_cv)
@@ -162,38 +172,50 @@ def _check_load(load: Load) -> int:
 
 
 def _check_config(config: BatcherConfig, k: int) -> None:
-    require(config.instance_count >= 1,
-            f"instance_count must be >= 1, got {config.instance_count}")
-    require(config.max_batch_size >= 0,
-            f"max_batch_size must be >= 0, got {config.max_batch_size}")
+    require(config.instance_count >= 1, f"instance_count must be >= 1, got {config.instance_count}")
+    require(config.max_batch_size >= 0, f"max_batch_size must be >= 0, got {config.max_batch_size}")
     if config.max_batch_size == 0 and not config.dynamic_batching:
         require(k == 1, f"a model with max_batch_size 0 takes request_batch 1, got {k}")
         return
-    require(config.max_batch_size >= 1 or not config.dynamic_batching,
-            "dynamic batching needs max_batch_size >= 1 (0 means the model does not batch)")
-    require(k <= config.max_batch_size,
-            f"request_batch {k} exceeds max_batch_size {config.max_batch_size}")
+    require(
+        config.max_batch_size >= 1 or not config.dynamic_batching,
+        "dynamic batching needs max_batch_size >= 1 (0 means the model does not batch)",
+    )
+    require(
+        k <= config.max_batch_size,
+        f"request_batch {k} exceeds max_batch_size {config.max_batch_size}",
+    )
     if not config.dynamic_batching:
         return
     # The queue policy and preferred sizes live in dynamic_batching: checked with it.
     for size in config.preferred_batch_sizes:
-        require(1 <= size <= config.max_batch_size,
-                f"preferred batch size {size} is outside 1..max_batch_size "
-                f"({config.max_batch_size})")
-    require(config.max_queue_delay_us >= 0,
-            f"max_queue_delay_us must be >= 0, got {config.max_queue_delay_us}")
-    require(config.max_queue_size >= 0,
-            f"max_queue_size must be >= 0, got {config.max_queue_size}")
-    require(config.default_timeout_us >= 0,
-            f"default_timeout_us must be >= 0, got {config.default_timeout_us}")
-    require(config.timeout_action in ("REJECT", "DELAY"),
-            f"timeout_action must be REJECT or DELAY, got {config.timeout_action!r}")
+        require(
+            1 <= size <= config.max_batch_size,
+            f"preferred batch size {size} is outside 1..max_batch_size ({config.max_batch_size})",
+        )
+    require(
+        config.max_queue_delay_us >= 0,
+        f"max_queue_delay_us must be >= 0, got {config.max_queue_delay_us}",
+    )
+    require(config.max_queue_size >= 0, f"max_queue_size must be >= 0, got {config.max_queue_size}")
+    require(
+        config.default_timeout_us >= 0,
+        f"default_timeout_us must be >= 0, got {config.default_timeout_us}",
+    )
+    require(
+        config.timeout_action in ("REJECT", "DELAY"),
+        f"timeout_action must be REJECT or DELAY, got {config.timeout_action!r}",
+    )
 
 
 def _check_service(service: ServiceModel) -> None:
     _non_negative("cv", service.cv)
-    require(0.0 <= service.cpu_fraction <= 1.0,
-            f"cpu_fraction must be in [0, 1], got {service.cpu_fraction}")
-    require(service.cores is None or (math.isfinite(service.cores) and service.cores > 0),
-            f"cores must be > 0 or None, got {service.cores}")
+    require(
+        0.0 <= service.cpu_fraction <= 1.0,
+        f"cpu_fraction must be in [0, 1], got {service.cpu_fraction}",
+    )
+    require(
+        service.cores is None or (math.isfinite(service.cores) and service.cores > 0),
+        f"cores must be > 0 or None, got {service.cores}",
+    )
     _non_negative("overhead_ms", service.overhead_ms)

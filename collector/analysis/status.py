@@ -94,18 +94,26 @@ def build_status(store: Store, *, window_s: float = 60.0, now: float | None = No
     up = {t.name: bool(t.up) for t in store.targets()}
     models = _model_statuses(
         store.model_samples(since=now - window_s - _LOOKBACK_S, until=now),
-        store.latest_model_configs(), up, window_s)
+        store.latest_model_configs(),
+        up,
+        window_s,
+    )
     device_rows = store.device_samples(since=now - window_s)
     devices = _device_statuses(device_rows)
-    processes = _process_statuses(store.process_samples(since=now - window_s),
-                                  _machines(device_rows))
-    return StatusReport(generated_at=now, window_s=window_s, models=models, devices=devices,
-                        processes=processes)
+    processes = _process_statuses(
+        store.process_samples(since=now - window_s), _machines(device_rows)
+    )
+    return StatusReport(
+        generated_at=now, window_s=window_s, models=models, devices=devices, processes=processes
+    )
 
 
-def _model_statuses(samples: Sequence[ModelSample],
-                    configs: Mapping[tuple[str, str], StoredModelConfig],
-                    up: Mapping[str, bool], window_s: float) -> list[ModelStatus]:
+def _model_statuses(
+    samples: Sequence[ModelSample],
+    configs: Mapping[tuple[str, str], StoredModelConfig],
+    up: Mapping[str, bool],
+    window_s: float,
+) -> list[ModelStatus]:
     series: dict[tuple[str, str, str], list[ModelSample]] = defaultdict(list)
     for s in samples:
         series[(s.target, s.model, s.version)].append(s)
@@ -116,13 +124,20 @@ def _model_statuses(samples: Sequence[ModelSample],
         if len(in_window) < 2 and len(rows) >= 2:
             in_window = rows[-2:]  # scrapes sparser than the window: use the last pair
         stored = configs.get((target, model))
-        statuses.append(ModelStatus(
-            target=target, model=model, version=version, up=up.get(target, False),
-            last_sample_at=newest,
-            rates=window_rates(in_window,
-                               instance_count=stored.config.instance_count if stored else None),
-            pending_request_count=rows[-1].metrics.pending_request_count,
-            config=BatcherConfig.from_model_config(stored.config) if stored else None))
+        statuses.append(
+            ModelStatus(
+                target=target,
+                model=model,
+                version=version,
+                up=up.get(target, False),
+                last_sample_at=newest,
+                rates=window_rates(
+                    in_window, instance_count=stored.config.instance_count if stored else None
+                ),
+                pending_request_count=rows[-1].metrics.pending_request_count,
+                config=BatcherConfig.from_model_config(stored.config) if stored else None,
+            )
+        )
     return statuses
 
 
@@ -131,7 +146,8 @@ def _device_statuses(rows: Sequence[StoredDevice]) -> list[DeviceStatus]:
     latest: dict[tuple[str, str, str], DeviceStatus] = {}
     for d in rows:
         latest[(d.target, d.sample.source, d.sample.uuid)] = DeviceStatus(
-            target=d.target, last_sample_at=d.collected_at, sample=d.sample)
+            target=d.target, last_sample_at=d.collected_at, sample=d.sample
+        )
     return sorted(latest.values(), key=lambda d: (d.target, d.sample.uuid))
 
 
@@ -141,12 +157,16 @@ def _machines(devices: Sequence[StoredDevice]) -> dict[str, str]:
     GPU uuids are unique across machines; a target whose server reports no GPU has no
     known machine."""
     nvml_machine = {d.sample.uuid: d.target for d in devices if d.sample.source == "nvml"}
-    return {d.target: nvml_machine[d.sample.uuid] for d in devices
-            if d.sample.source == "triton" and d.sample.uuid in nvml_machine}
+    return {
+        d.target: nvml_machine[d.sample.uuid]
+        for d in devices
+        if d.sample.source == "triton" and d.sample.uuid in nvml_machine
+    }
 
 
-def _process_statuses(rows: Sequence[StoredProcess],
-                      machines: Mapping[str, str]) -> list[ProcessStatus]:
+def _process_statuses(
+    rows: Sequence[StoredProcess], machines: Mapping[str, str]
+) -> list[ProcessStatus]:
     """The host's processes per (target, pid), each with NVML's reading of the same
     pid on the machine the target runs on (``machines``; pids are only unique on one
     machine, so never a reading of another machine's process); NVML's processes that
@@ -159,8 +179,9 @@ def _process_statuses(rows: Sequence[StoredProcess],
             gpu[(p.target, p.sample.pid)] = p
         else:
             readings[(p.target, p.sample.pid)].append(p)
-    on_machine = {(target, pid): (machines[target], pid) for target, pid in readings
-                  if target in machines}
+    on_machine = {
+        (target, pid): (machines[target], pid) for target, pid in readings if target in machines
+    }
     joined = set(on_machine.values())
     for key, p in gpu.items():
         if key not in joined and key not in readings:  # not part of a watched Triton
@@ -169,10 +190,15 @@ def _process_statuses(rows: Sequence[StoredProcess],
     for key, seen in sorted(readings.items()):
         last = seen[-1]
         reading = gpu.get(on_machine.get(key, key))
-        statuses.append(ProcessStatus(
-            target=last.target, last_sample_at=last.collected_at, sample=last.sample,
-            cpu_pct_mean=gauge_mean(r.sample.cpu_pct for r in seen),
-            gpu=reading.sample if reading is not None else None))
+        statuses.append(
+            ProcessStatus(
+                target=last.target,
+                last_sample_at=last.collected_at,
+                sample=last.sample,
+                cpu_pct_mean=gauge_mean(r.sample.cpu_pct for r in seen),
+                gpu=reading.sample if reading is not None else None,
+            )
+        )
     newest_tick: dict[str, float] = {}
     for s in statuses:
         newest_tick[s.target] = max(newest_tick.get(s.target, 0.0), s.last_sample_at)

@@ -53,5 +53,3 @@ def register_source(spec: SourceSpec) -> SourceSpec:
         raise ValueError(f"source {spec.name!r} registered twice")
     SOURCES[spec.name] = spec
     return spec
-
-

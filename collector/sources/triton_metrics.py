@@ -70,6 +70,7 @@ _SERVER_FAMILIES: dict[str, str] = {
     "nv_pinned_memory_pool_used_bytes": "pinned_memory_pool_used_bytes",
 }
 
+
 @dataclass(frozen=True)
 class TritonMetrics:
     """What ``map_metrics`` makes of one metrics page."""

@@ -144,8 +144,9 @@ class Database:
         updates = {k: v for k, v in row.items() if k not in key}
         if self._dialect in ("postgresql", "sqlite"):
             stmt = (pg_insert if self._dialect == "postgresql" else sqlite_insert)(table)
-            session.execute(stmt.values(row).on_conflict_do_update(index_elements=key,
-                                                                   set_=updates))
+            session.execute(
+                stmt.values(row).on_conflict_do_update(index_elements=key, set_=updates)
+            )
             return
         existing = session.get(table, tuple(row[k] for k in key))
         if existing is None:

@@ -146,9 +146,7 @@ class FindingsMixin(Database):
         open finding). Two streaks with the same (kind, target, subject) are an error."""
         rows = [asdict(s) for s in streaks]
         with self._write() as session:
-            session.execute(
-                delete(DetectorStreakRow).execution_options(synchronize_session=False)
-            )
+            session.execute(delete(DetectorStreakRow).execution_options(synchronize_session=False))
             if rows:
                 session.execute(insert(DetectorStreakRow), rows)
 
@@ -159,8 +157,9 @@ class FindingsMixin(Database):
         with self._write() as session:
             values = {"status": "open", **recommendation_values(rec)}
             return int(
-                session.scalars(insert(RecommendationRow).returning(RecommendationRow.id),
-                                [values]).one()
+                session.scalars(
+                    insert(RecommendationRow).returning(RecommendationRow.id), [values]
+                ).one()
             )
 
     def record_recommendation_outcome(
@@ -199,8 +198,12 @@ class FindingsMixin(Database):
         """Recommendations, oldest first."""
         table = RecommendationRow.__table__.c
         stmt = select(*columns(RecommendationRow)).order_by(table.created_at, table.id)
-        for column, wanted in (("target", target), ("model", model), ("status", status),
-                               ("kind", kind)):
+        for column, wanted in (
+            ("target", target),
+            ("model", model),
+            ("status", status),
+            ("kind", kind),
+        ):
             if wanted is not None:
                 stmt = stmt.where(table[column] == wanted)
         with self._read() as session:

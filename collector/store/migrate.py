@@ -51,8 +51,7 @@ def baseline_statements(dialect: str) -> list[str]:
     """The statements that made the schema before migrations on ``dialect`` ("sqlite"
     or "postgresql"), in the order ``create_all`` ran them."""
     id_type, ref_type = _ID_TYPES[dialect]
-    lines = [line for line in BASELINE_DDL.read_text().splitlines()
-             if not line.startswith("--")]
+    lines = [line for line in BASELINE_DDL.read_text().splitlines() if not line.startswith("--")]
     ddl = "\n".join(lines).replace("{id}", id_type).replace("{ref}", ref_type)
     return [statement.strip() for statement in ddl.split(";") if statement.strip()]
 

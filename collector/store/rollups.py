@@ -164,11 +164,15 @@ class RollupsMixin(Database):
                     session,
                     delete(DeviceSampleRow).where(DeviceSampleRow.collected_at < device_cut),
                 )
-            for name, table in (("server_samples", ServerSampleRow),
-                                ("process_samples", ProcessSampleRow)):
+            for name, table in (
+                ("server_samples", ServerSampleRow),
+                ("process_samples", ProcessSampleRow),
+            ):
                 counts[name] = _delete(session, delete(table).where(table.collected_at < raw_cut))
-            for name, rollups in (("model_rollups", ModelRollupRow),
-                                  ("device_rollups", DeviceRollupRow)):
+            for name, rollups in (
+                ("model_rollups", ModelRollupRow),
+                ("device_rollups", DeviceRollupRow),
+            ):
                 ended = rollups.bucket_start + rollups.bucket_s <= rollup_cut
                 counts[name] = _delete(session, delete(rollups).where(ended))
         return RetentionReport(**counts)

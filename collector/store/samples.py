@@ -310,11 +310,16 @@ class SamplesMixin(TargetsMixin):
         with self._read() as session:
             return [
                 ProcessBucket(
-                    source=r.source, pid=r.pid, role=r.role, model=r.model,
+                    source=r.source,
+                    pid=r.pid,
+                    role=r.role,
+                    model=r.model,
                     instance_name=r.instance_name,
                     cpu_pct=None if r.cpu_pct is None else float(r.cpu_pct),
                     sm_util_pct=None if r.sm_util_pct is None else float(r.sm_util_pct),
-                    target=r.name, bucket=int(r.bucket), sample_count=r.sample_count,
+                    target=r.name,
+                    bucket=int(r.bucket),
+                    sample_count=r.sample_count,
                 )
                 for r in session.execute(stmt)
             ]

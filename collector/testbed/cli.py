@@ -110,8 +110,14 @@ def _add_load_command(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="R",
         help="open loop: R requests per second, whatever the server does",
     )
-    load.add_argument("--duration", dest="duration_s", type=_positive_float, required=True,
-                      metavar="S", help="seconds to run")
+    load.add_argument(
+        "--duration",
+        dest="duration_s",
+        type=_positive_float,
+        required=True,
+        metavar="S",
+        help="seconds to run",
+    )
     load.add_argument(
         "--batch", type=_positive_int, default=1, metavar="B", help="samples per request (1)"
     )
@@ -128,8 +134,14 @@ def _add_load_command(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="N",
         help="open loop: arrivals beyond N outstanding requests are counted as errors (256)",
     )
-    load.add_argument("--timeout", dest="request_timeout_s", type=_positive_float,
-                      default=10.0, metavar="S", help="per-request timeout in seconds (10)")
+    load.add_argument(
+        "--timeout",
+        dest="request_timeout_s",
+        type=_positive_float,
+        default=10.0,
+        metavar="S",
+        help="per-request timeout in seconds (10)",
+    )
     load.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 

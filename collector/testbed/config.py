@@ -135,8 +135,9 @@ def _model_specs(models: Any) -> tuple[ModelSpec, ...]:
         specs.append(_model_spec(f"models[{i}]", entry, seen))
     for i, spec in enumerate(specs):
         if spec.ensemble_of is not None and spec.ensemble_of not in seen:
-            raise ConfigError(f"models[{i}].ensemble_of",
-                              f"{spec.ensemble_of!r} is not one of the models")
+            raise ConfigError(
+                f"models[{i}].ensemble_of", f"{spec.ensemble_of!r} is not one of the models"
+            )
     return tuple(specs)
 
 

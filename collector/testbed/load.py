@@ -247,7 +247,9 @@ class _Requests:
             # client library not honour it, so no request outlives the run for long.
             await asyncio.wait_for(
                 self._client.infer(
-                    self._model, self._inputs, outputs=self._outputs,
+                    self._model,
+                    self._inputs,
+                    outputs=self._outputs,
                     client_timeout=self._timeout_s,
                 ),
                 timeout=self._timeout_s + 1.0,

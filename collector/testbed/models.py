@@ -59,8 +59,7 @@ class ModelSpec:
             raise ValueError(f"fixed_ms: must be >= 0, got {self.fixed_ms}")
         if self.per_sample_ms < 0:
             raise ValueError(f"per_sample_ms: must be >= 0, got {self.per_sample_ms}")
-        if self.ensemble_of is not None and (not self.ensemble_of
-                                             or self.ensemble_of == self.name):
+        if self.ensemble_of is not None and (not self.ensemble_of or self.ensemble_of == self.name):
             raise ValueError(f"ensemble_of: must name another model, got {self.ensemble_of!r}")
         if self.max_batch_size < 1:
             # max_batch_size 0 would drop the batch dimension the load generator sends.
@@ -85,14 +84,20 @@ def _pbtxt_string(text: str) -> str:
 
 
 def _ensemble_pbtxt(spec: ModelSpec) -> str:
-    io = (f'input [ {{ name: "{INPUT_NAME}" data_type: TYPE_FP32 dims: [ {INPUT_DIM} ] }} ]\n'
-          f'output [ {{ name: "{OUTPUT_NAME}" data_type: TYPE_FP32 dims: [ {INPUT_DIM} ] }} ]')
-    step = (f"{{ model_name: {_pbtxt_string(spec.ensemble_of or '')} model_version: -1 "
-            f'input_map {{ key: "{INPUT_NAME}" value: "{INPUT_NAME}" }} '
-            f'output_map {{ key: "{OUTPUT_NAME}" value: "{OUTPUT_NAME}" }} }}')
-    return (f"name: {_pbtxt_string(spec.name)}\nplatform: \"ensemble\"\n"
-            f"max_batch_size: {spec.max_batch_size}\n{io}\n"
-            f"ensemble_scheduling {{ step [ {step} ] }}\n")
+    io = (
+        f'input [ {{ name: "{INPUT_NAME}" data_type: TYPE_FP32 dims: [ {INPUT_DIM} ] }} ]\n'
+        f'output [ {{ name: "{OUTPUT_NAME}" data_type: TYPE_FP32 dims: [ {INPUT_DIM} ] }} ]'
+    )
+    step = (
+        f"{{ model_name: {_pbtxt_string(spec.ensemble_of or '')} model_version: -1 "
+        f'input_map {{ key: "{INPUT_NAME}" value: "{INPUT_NAME}" }} '
+        f'output_map {{ key: "{OUTPUT_NAME}" value: "{OUTPUT_NAME}" }} }}'
+    )
+    return (
+        f'name: {_pbtxt_string(spec.name)}\nplatform: "ensemble"\n'
+        f"max_batch_size: {spec.max_batch_size}\n{io}\n"
+        f"ensemble_scheduling {{ step [ {step} ] }}\n"
+    )
 
 
 def config_pbtxt(spec: ModelSpec) -> str:
@@ -191,6 +196,8 @@ def write_model_repository(root: Path, specs: Iterable[ModelSpec]) -> Path:
         if spec.ensemble_of is None:
             (version_dir / "model.py").write_text(_MODEL_PY)
         elif spec.ensemble_of not in names:
-            raise ValueError(f"ensemble_of: {spec.name!r} forwards to {spec.ensemble_of!r}, "
-                             f"which is not in the repository")
+            raise ValueError(
+                f"ensemble_of: {spec.name!r} forwards to {spec.ensemble_of!r}, "
+                f"which is not in the repository"
+            )
     return root

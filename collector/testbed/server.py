@@ -301,8 +301,11 @@ class TritonServer:
             str(self._install.binary),
             f"--model-repository={self.model_repository}",
             f"--backend-directory={self.backend_directory}",
-            *(("--model-control-mode=explicit", "--load-model=*")
-              if self.explicit_model_control else ("--model-control-mode=none",)),
+            *(
+                ("--model-control-mode=explicit", "--load-model=*")
+                if self.explicit_model_control
+                else ("--model-control-mode=none",)
+            ),
             f"--http-address={self.host}",
             f"--grpc-address={self.host}",
             f"--metrics-address={self.host}",
@@ -372,8 +375,9 @@ class TritonServer:
                 )
             # Ready means every URL handed out answers: Triton opens its metrics port
             # after the HTTP endpoint can already report ready.
-            if all(self._answers(url) for url in (f"{self.http_url}/v2/health/ready",
-                                                   self.metrics_url)):
+            if all(
+                self._answers(url) for url in (f"{self.http_url}/v2/health/ready", self.metrics_url)
+            ):
                 return
             if time.monotonic() > deadline:
                 raise TestbedError(

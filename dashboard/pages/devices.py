@@ -18,7 +18,8 @@ from dashboard.ids import Devices, Shell
 from dashboard.queries import RANGES, DashboardQueries, DevicesView, from_json, parse_range, to_json
 
 dash.register_page(  # type: ignore[no-untyped-call]
-    __name__, path="/devices", name="Devices", title="batchscope · devices", order=4)
+    __name__, path="/devices", name="Devices", title="batchscope · devices", order=4
+)
 
 __all__ = ["layout", "register_callbacks"]
 
@@ -27,40 +28,68 @@ _GRAPHS = (Devices.HEATMAP, Devices.PROCESSES, Devices.MEMORY, Devices.POWER)
 
 def layout(**query: Any) -> Any:
     range_name, _ = parse_range(query.get("range"))
-    return html.Div([
-        dcc.Interval(id=Devices.INTERVAL, interval=refresh_ms(), n_intervals=0),
-        dcc.Store(id=Devices.QUERY, data={"range": range_name}),
-        dcc.Store(id=Devices.DATA),
-        html.Div(id=Devices.BANNER, className="banners"),
-        html.Div([dcc.Link(name, href="/devices?" + urlencode({"range": name}),
-                           className="range-link range-current" if name == range_name
-                           else "range-link") for name in RANGES],
-                 id=Devices.RANGES, className="ranges"),
-        html.Div([dcc.Graph(id=g, className="graph",
-                            config={"displaylogo": False, "displayModeBar": False})
-                  for g in _GRAPHS], className="graphs"),
-    ], className="page page-devices")
+    return html.Div(
+        [
+            dcc.Interval(id=Devices.INTERVAL, interval=refresh_ms(), n_intervals=0),
+            dcc.Store(id=Devices.QUERY, data={"range": range_name}),
+            dcc.Store(id=Devices.DATA),
+            html.Div(id=Devices.BANNER, className="banners"),
+            html.Div(
+                [
+                    dcc.Link(
+                        name,
+                        href="/devices?" + urlencode({"range": name}),
+                        className="range-link range-current"
+                        if name == range_name
+                        else "range-link",
+                    )
+                    for name in RANGES
+                ],
+                id=Devices.RANGES,
+                className="ranges",
+            ),
+            html.Div(
+                [
+                    dcc.Graph(
+                        id=g,
+                        className="graph",
+                        config={"displaylogo": False, "displayModeBar": False},
+                    )
+                    for g in _GRAPHS
+                ],
+                className="graphs",
+            ),
+        ],
+        className="page page-devices",
+    )
 
 
 def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
     del actions  # read-only page
 
-    @app.callback(Output(Devices.DATA, "data"), Input(Devices.INTERVAL, "n_intervals"),
-                  State(Devices.QUERY, "data"))
+    @app.callback(
+        Output(Devices.DATA, "data"),
+        Input(Devices.INTERVAL, "n_intervals"),
+        State(Devices.QUERY, "data"),
+    )
     def tick(_n: int, query: Any) -> Any:
         return to_json(queries.devices(range_name=(query or {}).get("range")))
 
-    @app.callback(Output(Devices.BANNER, "children"),
-                  *[Output(g, "figure") for g in _GRAPHS],
-                  Input(Devices.DATA, "data"), Input(Shell.THEME, "value"))
+    @app.callback(
+        Output(Devices.BANNER, "children"),
+        *[Output(g, "figure") for g in _GRAPHS],
+        Input(Devices.DATA, "data"),
+        Input(Shell.THEME, "value"),
+    )
     def draw(data: Any, theme: str) -> tuple[Any, ...]:
         if data is None:
             return ([], *(figures.empty_figure("loading", theme) for _ in _GRAPHS))
         view = from_json(DevicesView, data)
         if view.error:
-            return (components.banner([view.error]),
-                    *(figures.empty_figure("the store could not be read", theme)
-                      for _ in _GRAPHS))
+            return (
+                components.banner([view.error]),
+                *(figures.empty_figure("the store could not be read", theme) for _ in _GRAPHS),
+            )
         device_title = "GPU / MIG utilisation"
         if view.devices_truncated_to_s:
             device_title += f" · last {view.devices_truncated_to_s / 3600:.0f} h (no rollups yet)"
@@ -70,9 +99,9 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
         return (
             [],
             figures.heatmap_figure(view.devices, view.t, theme, title=device_title),
-            figures.heatmap_figure(view.processes, view.t, theme, title=process_title,
-                                   zmax=None),
-            figures.rows_figure(view.memory_used_gb, view.t, theme, title="GPU memory used",
-                                y_title="GB"),
+            figures.heatmap_figure(view.processes, view.t, theme, title=process_title, zmax=None),
+            figures.rows_figure(
+                view.memory_used_gb, view.t, theme, title="GPU memory used", y_title="GB"
+            ),
             figures.rows_figure(view.power_w, view.t, theme, title="Power", y_title="W"),
         )

@@ -19,42 +19,64 @@ from dashboard.ids import Model, Shell
 from dashboard.queries import DashboardQueries, ModelDetail, from_json, parse_range, to_json
 
 dash.register_page(  # type: ignore[no-untyped-call]
-    __name__, path="/model", name="Model", title="batchscope · model", order=1)
+    __name__, path="/model", name="Model", title="batchscope · model", order=1
+)
 
 __all__ = ["layout", "register_callbacks"]
 
-_GRAPHS = (Model.QPS, Model.BATCH, Model.LATENCY, Model.PENDING, Model.FAILURES,
-           Model.DISTRIBUTION, Model.SERVICE_TIME)
+_GRAPHS = (
+    Model.QPS,
+    Model.BATCH,
+    Model.LATENCY,
+    Model.PENDING,
+    Model.FAILURES,
+    Model.DISTRIBUTION,
+    Model.SERVICE_TIME,
+)
 # Drawn from the page's data by ``panels``, in this order.
 _PANELS = (Model.BANNER, Model.HEADER, Model.RECOMMENDATION, Model.FINDINGS, Model.CONFIG)
 
 
 def _graph(graph_id: str) -> Any:
-    return dcc.Graph(id=graph_id, config={"displaylogo": False, "displayModeBar": False,
-                                            "responsive": True},
-                     className="graph")
+    return dcc.Graph(
+        id=graph_id,
+        config={"displaylogo": False, "displayModeBar": False, "responsive": True},
+        className="graph",
+    )
 
 
 def layout(**query: Any) -> Any:
     target = query.get("target") or None
     model = query.get("model") or None
     range_name, _seconds = parse_range(query.get("range"))
-    return html.Div([
-        dcc.Interval(id=Model.INTERVAL, interval=refresh_ms(), n_intervals=0),
-        dcc.Store(id=Model.QUERY, data={"target": target, "model": model, "range": range_name}),
-        dcc.Store(id=Model.DATA),
-        html.Div(id=Model.BANNER, className="banners"),
-        html.Div(components.model_header(None, target, model), id=Model.HEADER,
-                 className="model-header"),
-        html.Div(components.range_links(target, model, range_name), id=Model.RANGES,
-                 className="ranges"),
-        html.Div([_graph(g) for g in _GRAPHS], className="graphs"),
-        html.Div([
-            html.Div(id=Model.RECOMMENDATION, className="panel"),
-            html.Div(id=Model.FINDINGS, className="panel"),
-            html.Div(id=Model.CONFIG, className="panel"),
-        ], className="panels"),
-    ], className="page page-model")
+    return html.Div(
+        [
+            dcc.Interval(id=Model.INTERVAL, interval=refresh_ms(), n_intervals=0),
+            dcc.Store(id=Model.QUERY, data={"target": target, "model": model, "range": range_name}),
+            dcc.Store(id=Model.DATA),
+            html.Div(id=Model.BANNER, className="banners"),
+            html.Div(
+                components.model_header(None, target, model),
+                id=Model.HEADER,
+                className="model-header",
+            ),
+            html.Div(
+                components.range_links(target, model, range_name),
+                id=Model.RANGES,
+                className="ranges",
+            ),
+            html.Div([_graph(g) for g in _GRAPHS], className="graphs"),
+            html.Div(
+                [
+                    html.Div(id=Model.RECOMMENDATION, className="panel"),
+                    html.Div(id=Model.FINDINGS, className="panel"),
+                    html.Div(id=Model.CONFIG, className="panel"),
+                ],
+                className="panels",
+            ),
+        ],
+        className="page page-model",
+    )
 
 
 def _detail(data: Any) -> ModelDetail | None:
@@ -64,16 +86,21 @@ def _detail(data: Any) -> ModelDetail | None:
 def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
     del actions  # read-only page
 
-    @app.callback(Output(Model.DATA, "data"), Input(Model.INTERVAL, "n_intervals"),
-                  State(Model.QUERY, "data"))
+    @app.callback(
+        Output(Model.DATA, "data"), Input(Model.INTERVAL, "n_intervals"), State(Model.QUERY, "data")
+    )
     def tick(_n: int, query: Any) -> Any:
         if not query or not query.get("target") or not query.get("model"):
             return None
-        return to_json(queries.model_detail(query["target"], query["model"],
-                                            range_name=query.get("range")))
+        return to_json(
+            queries.model_detail(query["target"], query["model"], range_name=query.get("range"))
+        )
 
-    @app.callback(*[Output(g, "figure") for g in _GRAPHS],
-                  Input(Model.DATA, "data"), Input(Shell.THEME, "value"))
+    @app.callback(
+        *[Output(g, "figure") for g in _GRAPHS],
+        Input(Model.DATA, "data"),
+        Input(Shell.THEME, "value"),
+    )
     def draw(data: Any, theme: str) -> tuple[Any, ...]:
         detail = _detail(data)
         if detail is None or detail.error:
@@ -84,8 +111,12 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
         preferred = config.preferred_batch_sizes if config else ()
         return (
             figures.qps_figure(s, theme),
-            figures.batch_size_figure(s, theme, preferred=preferred,
-                                      max_batch_size=config.max_batch_size if config else None),
+            figures.batch_size_figure(
+                s,
+                theme,
+                preferred=preferred,
+                max_batch_size=config.max_batch_size if config else None,
+            ),
             figures.latency_figure(s, theme),
             figures.pending_figure(s, theme),
             figures.failures_figure(s, theme),
@@ -93,15 +124,21 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
             figures.service_time_figure(detail.service_time, theme),
         )
 
-    @app.callback(*[Output(p, "children") for p in _PANELS], Input(Model.DATA, "data"),
-                  State(Model.QUERY, "data"))
+    @app.callback(
+        *[Output(p, "children") for p in _PANELS],
+        Input(Model.DATA, "data"),
+        State(Model.QUERY, "data"),
+    )
     def panels(data: Any, query: Any) -> tuple[Any, ...]:
         query = query or {}
         detail = _detail(data)
         header = components.model_header(detail, query.get("target"), query.get("model"))
         if detail is None or detail.error:
             return components.model_banner(detail), header, [], [], []
-        return (components.model_banner(detail), header,
-                components.recommendation_card(detail.recommendation),
-                components.findings_list(detail.findings, now=detail.until),
-                components.config_panel(detail.config))
+        return (
+            components.model_banner(detail),
+            header,
+            components.recommendation_card(detail.recommendation),
+            components.findings_list(detail.findings, now=detail.until),
+            components.config_panel(detail.config),
+        )

@@ -18,7 +18,8 @@ from dashboard.ids import Overview
 from dashboard.queries import DashboardQueries, OverviewData, from_json, to_json
 
 dash.register_page(  # type: ignore[no-untyped-call]
-    __name__, path="/", name="Overview", title="batchscope · overview", order=0)
+    __name__, path="/", name="Overview", title="batchscope · overview", order=0
+)
 
 __all__ = ["layout", "register_callbacks"]
 
@@ -29,23 +30,41 @@ _PANELS = (Overview.BANNER, Overview.EMPTY, Overview.SUMMARY, Overview.TILES)
 
 
 def layout(**_query: Any) -> Any:
-    return html.Div([
-        dcc.Interval(id=Overview.INTERVAL, interval=refresh_ms(), n_intervals=0),
-        dcc.Store(id=Overview.DATA),
-        html.Div(id=Overview.BANNER, className="banners"),
-        html.Div(id=Overview.EMPTY),
-        html.Div(id=Overview.SUMMARY, className="stats"),
-        html.Div(id=Overview.TILES, className="tiles"),
-        html.Div([
-            dcc.Input(id=Overview.FILTER, type="search", placeholder="filter models or targets",
-                      debounce=False, className="filter"),
-            dcc.Dropdown(id=Overview.SORT, value="name", clearable=False, searchable=False,
-                         options=[{"label": f"sort: {label}", "value": key}
-                                  for key, label in components.SORT_KEYS.items()],
-                         className="sort"),
-        ], className="table-controls"),
-        html.Div(id=Overview.MODELS),
-    ], className="page page-overview")
+    return html.Div(
+        [
+            dcc.Interval(id=Overview.INTERVAL, interval=refresh_ms(), n_intervals=0),
+            dcc.Store(id=Overview.DATA),
+            html.Div(id=Overview.BANNER, className="banners"),
+            html.Div(id=Overview.EMPTY),
+            html.Div(id=Overview.SUMMARY, className="stats"),
+            html.Div(id=Overview.TILES, className="tiles"),
+            html.Div(
+                [
+                    dcc.Input(
+                        id=Overview.FILTER,
+                        type="search",
+                        placeholder="filter models or targets",
+                        debounce=False,
+                        className="filter",
+                    ),
+                    dcc.Dropdown(
+                        id=Overview.SORT,
+                        value="name",
+                        clearable=False,
+                        searchable=False,
+                        options=[
+                            {"label": f"sort: {label}", "value": key}
+                            for key, label in components.SORT_KEYS.items()
+                        ],
+                        className="sort",
+                    ),
+                ],
+                className="table-controls",
+            ),
+            html.Div(id=Overview.MODELS),
+        ],
+        className="page page-overview",
+    )
 
 
 def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
@@ -60,13 +79,19 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
         if data is None:
             return tuple([] for _ in _PANELS)
         overview = from_json(OverviewData, data)
-        return (components.banner(components.overview_messages(overview)),
-                components.empty_state(overview),
-                components.overview_summary(overview) if not overview.empty else [],
-                components.tiles(overview))
+        return (
+            components.banner(components.overview_messages(overview)),
+            components.empty_state(overview),
+            components.overview_summary(overview) if not overview.empty else [],
+            components.tiles(overview),
+        )
 
-    @app.callback(Output(Overview.MODELS, "children"), Input(Overview.DATA, "data"),
-                  Input(Overview.FILTER, "value"), Input(Overview.SORT, "value"))
+    @app.callback(
+        Output(Overview.MODELS, "children"),
+        Input(Overview.DATA, "data"),
+        Input(Overview.FILTER, "value"),
+        Input(Overview.SORT, "value"),
+    )
     def table(data: Any, text: str | None, sort: str | None) -> Any:
         if data is None:
             return []

@@ -28,8 +28,12 @@ from dashboard.queries import (
 )
 
 dash.register_page(  # type: ignore[no-untyped-call]
-    __name__, path="/recommendations", name="Recommendations",
-    title="batchscope · recommendations", order=2)
+    __name__,
+    path="/recommendations",
+    name="Recommendations",
+    title="batchscope · recommendations",
+    order=2,
+)
 
 __all__ = ["layout", "register_callbacks"]
 
@@ -39,56 +43,113 @@ _PREFERRED_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
 def layout(**query: Any) -> Any:
     target = query.get("target") or None
     model = query.get("model") or None
-    return html.Div([
-        dcc.Interval(id=Recs.INTERVAL, interval=refresh_ms(), n_intervals=0),
-        dcc.Store(id=Recs.QUERY, data={"target": target, "model": model}),
-        dcc.Store(id=Recs.DATA),
-        dcc.Store(id=Recs.JOB),
-        dcc.Store(id=Recs.SEEDED, data=False),
-        dcc.Interval(id=Recs.JOB_POLL, interval=1000, disabled=True),
-        html.Div(id=Recs.BANNER, className="banners"),
-        html.Div([
-            html.Div(id=Recs.LIST, className="rec-list"),
-            html.Div([
-                html.Div(id=Recs.DETAIL, className="panel"),
-                html.Div([
-                    html.H3("What if"),
-                    html.P("Move a slider: the batcher model fitted to this model's observed "
-                           "traffic predicts throughput and p95 for that config at the same "
-                           "load.", className="muted"),
-                    html.Div([
-                        html.Label("max queue delay", htmlFor=Recs.DELAY),
-                        dcc.Slider(id=Recs.DELAY, min=0, max=len(WHAT_IF_DELAYS_US) - 1,
-                                   step=1, value=0,
-                                   marks={i: f"{d}" for i, d in enumerate(WHAT_IF_DELAYS_US)}),
-                        html.Label("preferred batch sizes", htmlFor=Recs.PREFERRED),
-                        dcc.Dropdown(id=Recs.PREFERRED, multi=True, value=[],
-                                     placeholder="none (as large as possible)",
-                                     options=[{"label": str(p), "value": p}
-                                              for p in _PREFERRED_CHOICES]),
-                        html.Label("instances", htmlFor=Recs.INSTANCES),
-                        dcc.Slider(id=Recs.INSTANCES, min=1, max=4, step=1, value=1,
-                                   marks={i: str(i) for i in range(1, 5)}),
-                    ], className="what-if-controls"),
-                    dcc.Loading(dcc.Graph(id=Recs.WHAT_IF_GRAPH, className="graph",
-                                          config={"displaylogo": False,
-                                                  "displayModeBar": False}),
-                                type="dot"),
-                    html.Div(id=Recs.WHAT_IF_SUMMARY),
-                ], id=Recs.WHAT_IF, className="panel"),
-                html.Div([
-                    html.Div(id=Recs.APPLY_PANEL),
-                    # Always in the layout (its callbacks need it), shown to admins only;
-                    # the Apply callback checks the role again on the server.
-                    html.Div(dcc.ConfirmDialogProvider(
-                        html.Button("Apply this change", id=Recs.APPLY, className="button"),
-                        id=Recs.APPLY_CONFIRM, message=""),
-                        id=Recs.APPLY_BOX, className="hidden"),
-                ], className="panel"),
-                html.Div(id=Recs.JOB_STATUS, className="panel job"),
-            ], className="rec-main"),
-        ], className="rec-layout"),
-    ], className="page page-recommendations")
+    return html.Div(
+        [
+            dcc.Interval(id=Recs.INTERVAL, interval=refresh_ms(), n_intervals=0),
+            dcc.Store(id=Recs.QUERY, data={"target": target, "model": model}),
+            dcc.Store(id=Recs.DATA),
+            dcc.Store(id=Recs.JOB),
+            dcc.Store(id=Recs.SEEDED, data=False),
+            dcc.Interval(id=Recs.JOB_POLL, interval=1000, disabled=True),
+            html.Div(id=Recs.BANNER, className="banners"),
+            html.Div(
+                [
+                    html.Div(id=Recs.LIST, className="rec-list"),
+                    html.Div(
+                        [
+                            html.Div(id=Recs.DETAIL, className="panel"),
+                            html.Div(
+                                [
+                                    html.H3("What if"),
+                                    html.P(
+                                        "Move a slider: the batcher model fitted to this model's observed "
+                                        "traffic predicts throughput and p95 for that config at the same "
+                                        "load.",
+                                        className="muted",
+                                    ),
+                                    html.Div(
+                                        [
+                                            html.Label("max queue delay", htmlFor=Recs.DELAY),
+                                            dcc.Slider(
+                                                id=Recs.DELAY,
+                                                min=0,
+                                                max=len(WHAT_IF_DELAYS_US) - 1,
+                                                step=1,
+                                                value=0,
+                                                marks={
+                                                    i: f"{d}"
+                                                    for i, d in enumerate(WHAT_IF_DELAYS_US)
+                                                },
+                                            ),
+                                            html.Label(
+                                                "preferred batch sizes", htmlFor=Recs.PREFERRED
+                                            ),
+                                            dcc.Dropdown(
+                                                id=Recs.PREFERRED,
+                                                multi=True,
+                                                value=[],
+                                                placeholder="none (as large as possible)",
+                                                options=[
+                                                    {"label": str(p), "value": p}
+                                                    for p in _PREFERRED_CHOICES
+                                                ],
+                                            ),
+                                            html.Label("instances", htmlFor=Recs.INSTANCES),
+                                            dcc.Slider(
+                                                id=Recs.INSTANCES,
+                                                min=1,
+                                                max=4,
+                                                step=1,
+                                                value=1,
+                                                marks={i: str(i) for i in range(1, 5)},
+                                            ),
+                                        ],
+                                        className="what-if-controls",
+                                    ),
+                                    dcc.Loading(
+                                        dcc.Graph(
+                                            id=Recs.WHAT_IF_GRAPH,
+                                            className="graph",
+                                            config={"displaylogo": False, "displayModeBar": False},
+                                        ),
+                                        type="dot",
+                                    ),
+                                    html.Div(id=Recs.WHAT_IF_SUMMARY),
+                                ],
+                                id=Recs.WHAT_IF,
+                                className="panel",
+                            ),
+                            html.Div(
+                                [
+                                    html.Div(id=Recs.APPLY_PANEL),
+                                    # Always in the layout (its callbacks need it), shown to admins only;
+                                    # the Apply callback checks the role again on the server.
+                                    html.Div(
+                                        dcc.ConfirmDialogProvider(
+                                            html.Button(
+                                                "Apply this change",
+                                                id=Recs.APPLY,
+                                                className="button",
+                                            ),
+                                            id=Recs.APPLY_CONFIRM,
+                                            message="",
+                                        ),
+                                        id=Recs.APPLY_BOX,
+                                        className="hidden",
+                                    ),
+                                ],
+                                className="panel",
+                            ),
+                            html.Div(id=Recs.JOB_STATUS, className="panel job"),
+                        ],
+                        className="rec-main",
+                    ),
+                ],
+                className="rec-layout",
+            ),
+        ],
+        className="page page-recommendations",
+    )
 
 
 def _selected(recs: list[RecommendationView], query: Any) -> RecommendationView | None:
@@ -103,8 +164,9 @@ def _recs(data: Any) -> list[RecommendationView]:
     return [from_json(RecommendationView, r) for r in (data or {}).get("recs", [])]
 
 
-def register_callbacks(app: Dash, queries: DashboardQueries,
-                       actions: ConfigActions | None = None) -> None:
+def register_callbacks(
+    app: Dash, queries: DashboardQueries, actions: ConfigActions | None = None
+) -> None:
     """The page's callbacks; ``actions`` (None: read-only) carries out Apply."""
     _register_list(app, queries)
     _register_what_if(app, queries)
@@ -120,28 +182,41 @@ def _register_list(app: Dash, queries: DashboardQueries) -> None:
         recs, error = queries.recommendations()
         return {"recs": [to_json(r) for r in recs], "error": error}
 
-    @app.callback(Output(Recs.BANNER, "children"), Output(Recs.LIST, "children"),
-                  Output(Recs.DETAIL, "children"),
-                  Input(Recs.DATA, "data"), State(Recs.QUERY, "data"))
+    @app.callback(
+        Output(Recs.BANNER, "children"),
+        Output(Recs.LIST, "children"),
+        Output(Recs.DETAIL, "children"),
+        Input(Recs.DATA, "data"),
+        State(Recs.QUERY, "data"),
+    )
     def render(data: Any, query: Any) -> tuple[Any, ...]:
         if data is None:
             return [], [], []
         recs = _recs(data)
         chosen = _selected(recs, query)
         error = data.get("error")
-        return (components.banner([error] if error else []),
-                components.recommendation_list(
-                    recs, (chosen.stored.target, chosen.stored.model) if chosen else None),
-                components.recommendation_detail(chosen))
+        return (
+            components.banner([error] if error else []),
+            components.recommendation_list(
+                recs, (chosen.stored.target, chosen.stored.model) if chosen else None
+            ),
+            components.recommendation_detail(chosen),
+        )
 
 
 def _register_what_if(app: Dash, queries: DashboardQueries) -> None:
     """The sliders, started at the proposed config, and the curve they ask for."""
 
-    @app.callback(Output(Recs.DELAY, "value"), Output(Recs.PREFERRED, "value"),
-                  Output(Recs.INSTANCES, "value"), Output(Recs.SEEDED, "data"),
-                  Input(Recs.DATA, "data"), State(Recs.QUERY, "data"),
-                  State(Recs.SEEDED, "data"), prevent_initial_call=True)
+    @app.callback(
+        Output(Recs.DELAY, "value"),
+        Output(Recs.PREFERRED, "value"),
+        Output(Recs.INSTANCES, "value"),
+        Output(Recs.SEEDED, "data"),
+        Input(Recs.DATA, "data"),
+        State(Recs.QUERY, "data"),
+        State(Recs.SEEDED, "data"),
+        prevent_initial_call=True,
+    )
     def start_from_recommendation(data: Any, query: Any, seeded: Any) -> tuple[Any, ...]:
         # The first fill starts the sliders at the proposed config; later refreshes
         # leave whatever the user has set.
@@ -149,36 +224,55 @@ def _register_what_if(app: Dash, queries: DashboardQueries) -> None:
         if seeded or chosen is None:
             return no_update, no_update, no_update, no_update
         proposed = chosen.stored.recommendation.proposed_config
-        delay = (WHAT_IF_DELAYS_US.index(proposed.max_queue_delay_us)
-                 if proposed.max_queue_delay_us in WHAT_IF_DELAYS_US else 0)
+        delay = (
+            WHAT_IF_DELAYS_US.index(proposed.max_queue_delay_us)
+            if proposed.max_queue_delay_us in WHAT_IF_DELAYS_US
+            else 0
+        )
         return delay, list(proposed.preferred_batch_sizes), proposed.instance_count, True
 
-    @app.callback(Output(Recs.WHAT_IF_GRAPH, "figure"), Output(Recs.WHAT_IF_SUMMARY, "children"),
-                  Input(Recs.DELAY, "value"), Input(Recs.PREFERRED, "value"),
-                  Input(Recs.INSTANCES, "value"), Input(Shell.THEME, "value"),
-                  State(Recs.DATA, "data"), State(Recs.QUERY, "data"))
-    def what_if(delay_index: Any, preferred: Any, instances: Any, theme: str, data: Any,
-                query: Any) -> tuple[Any, ...]:
+    @app.callback(
+        Output(Recs.WHAT_IF_GRAPH, "figure"),
+        Output(Recs.WHAT_IF_SUMMARY, "children"),
+        Input(Recs.DELAY, "value"),
+        Input(Recs.PREFERRED, "value"),
+        Input(Recs.INSTANCES, "value"),
+        Input(Shell.THEME, "value"),
+        State(Recs.DATA, "data"),
+        State(Recs.QUERY, "data"),
+    )
+    def what_if(
+        delay_index: Any, preferred: Any, instances: Any, theme: str, data: Any, query: Any
+    ) -> tuple[Any, ...]:
         chosen = _selected(_recs(data), query)
         if chosen is None:
             view = None
         else:
             sizes = [int(p) for p in (preferred or []) if isinstance(p, int | float)]
-            view = queries.what_if(chosen.stored.target, chosen.stored.model, preferred=sizes,
-                                   instances=int(instances or 1))
-        delay = WHAT_IF_DELAYS_US[min(max(int(delay_index or 0), 0),
-                                      len(WHAT_IF_DELAYS_US) - 1)]
-        return (figures.what_if_figure(view, theme, chosen_delay_us=delay),
-                components.what_if_summary(view, delay))
+            view = queries.what_if(
+                chosen.stored.target,
+                chosen.stored.model,
+                preferred=sizes,
+                instances=int(instances or 1),
+            )
+        delay = WHAT_IF_DELAYS_US[min(max(int(delay_index or 0), 0), len(WHAT_IF_DELAYS_US) - 1)]
+        return (
+            figures.what_if_figure(view, theme, chosen_delay_us=delay),
+            components.what_if_summary(view, delay),
+        )
 
 
 def _register_apply(app: Dash, actions: ConfigActions | None) -> None:
     """Apply: shown to an admin when the target takes live changes, started behind a
     confirmation, its progress polled until it is done."""
 
-    @app.callback(Output(Recs.APPLY_PANEL, "children"), Output(Recs.APPLY_BOX, "className"),
-                  Output(Recs.APPLY_CONFIRM, "message"),
-                  Input(Recs.DATA, "data"), State(Recs.QUERY, "data"))
+    @app.callback(
+        Output(Recs.APPLY_PANEL, "children"),
+        Output(Recs.APPLY_BOX, "className"),
+        Output(Recs.APPLY_CONFIRM, "message"),
+        Input(Recs.DATA, "data"),
+        State(Recs.QUERY, "data"),
+    )
     def apply_panel(data: Any, query: Any) -> tuple[Any, ...]:
         chosen = _selected(_recs(data), query)
 
@@ -193,27 +287,39 @@ def _register_apply(app: Dash, actions: ConfigActions | None) -> None:
             return say("Only an admin can apply a change.")
         target, model = chosen.stored.target, chosen.stored.model
         if actions is None or not actions.knows(target):
-            return say("This dashboard does not know where this server is; run "
-                       "`batchscope serve` with its URL to apply from here.")
+            return say(
+                "This dashboard does not know where this server is; run "
+                "`batchscope serve` with its URL to apply from here."
+            )
         # Unreachable and "no live changes" (start it with --model-control-mode=explicit)
         # read differently; either way the fragment can still be copied.
         refusal = actions.live_change_refusal(target)
         if refusal is not None:
-            return say(f"Cannot apply from here: {refusal.rstrip('.')}. Copy the fragment "
-                       "instead.")
-        return ([html.H3("Apply"),
-                 html.P("Loads the proposed config through Triton's model-repository API, "
-                        "measures before and after, and rolls back when throughput falls "
-                        "or p95 breaks the objective.", className="muted")],
-                "apply-box",
-                f"Apply the recommended config to {model} on {target} now? "
-                f"It is verified and rolled back on a regression.")
+            return say(f"Cannot apply from here: {refusal.rstrip('.')}. Copy the fragment instead.")
+        return (
+            [
+                html.H3("Apply"),
+                html.P(
+                    "Loads the proposed config through Triton's model-repository API, "
+                    "measures before and after, and rolls back when throughput falls "
+                    "or p95 breaks the objective.",
+                    className="muted",
+                ),
+            ],
+            "apply-box",
+            f"Apply the recommended config to {model} on {target} now? "
+            f"It is verified and rolled back on a regression.",
+        )
 
-    @app.callback(Output(Recs.JOB, "data"), Output(Recs.JOB_POLL, "disabled"),
-                  Output(Recs.JOB_STATUS, "children", allow_duplicate=True),
-                  Input(Recs.APPLY_CONFIRM, "submit_n_clicks"),
-                  State(Recs.DATA, "data"), State(Recs.QUERY, "data"),
-                  prevent_initial_call=True)
+    @app.callback(
+        Output(Recs.JOB, "data"),
+        Output(Recs.JOB_POLL, "disabled"),
+        Output(Recs.JOB_STATUS, "children", allow_duplicate=True),
+        Input(Recs.APPLY_CONFIRM, "submit_n_clicks"),
+        State(Recs.DATA, "data"),
+        State(Recs.QUERY, "data"),
+        prevent_initial_call=True,
+    )
     def apply(submitted: Any, data: Any, query: Any) -> tuple[Any, ...]:
         chosen = _selected(_recs(data), query)
         if not submitted or chosen is None:
@@ -223,16 +329,18 @@ def _register_apply(app: Dash, actions: ConfigActions | None) -> None:
         if actions is None:
             return None, True, [html.P("This dashboard cannot apply changes.", className="bad")]
         try:
-            job = actions.start_apply(chosen.stored.target, chosen.stored.model,
-                                      chosen.stored.id)
+            job = actions.start_apply(chosen.stored.target, chosen.stored.model, chosen.stored.id)
         except ActionRefused as exc:
             return None, True, [html.P(str(exc), className="bad")]
         return job.id, False, components.apply_job_status(job)
 
-    @app.callback(Output(Recs.JOB_STATUS, "children"),
-                  Output(Recs.JOB_POLL, "disabled", allow_duplicate=True),
-                  Input(Recs.JOB_POLL, "n_intervals"), State(Recs.JOB, "data"),
-                  prevent_initial_call=True)
+    @app.callback(
+        Output(Recs.JOB_STATUS, "children"),
+        Output(Recs.JOB_POLL, "disabled", allow_duplicate=True),
+        Input(Recs.JOB_POLL, "n_intervals"),
+        State(Recs.JOB, "data"),
+        prevent_initial_call=True,
+    )
     def poll(_n: Any, job_id: Any) -> tuple[Any, ...]:
         job = actions.job(job_id) if actions is not None and job_id else None
         if job is None:

@@ -18,8 +18,12 @@ from dashboard.queries.views import RAW_FALLBACK_S, RAW_RANGE_S, DevicesView, He
 __all__ = ["read_devices"]
 
 
-def _bucketed(points: Iterable[tuple[str, str, float, float | None]], since: float,
-              bucket_s: float, buckets: int) -> list[HeatRow]:
+def _bucketed(
+    points: Iterable[tuple[str, str, float, float | None]],
+    since: float,
+    bucket_s: float,
+    buckets: int,
+) -> list[HeatRow]:
     """(label, kind, time, value) points averaged per label and time bucket."""
     sums: dict[tuple[str, str], list[list[float]]] = {}
     for label, kind, at, value in points:
@@ -32,9 +36,10 @@ def _bucketed(points: Iterable[tuple[str, str, float, float | None]], since: flo
                 acc = sums[(label, kind)] = [[0.0, 0.0] for _ in range(buckets)]
             acc[i][0] += value
             acc[i][1] += 1
-    return [HeatRow(label=label, kind=kind,
-                    values=[a[0] / a[1] if a[1] else None for a in acc])
-            for (label, kind), acc in sorted(sums.items())]
+    return [
+        HeatRow(label=label, kind=kind, values=[a[0] / a[1] if a[1] else None for a in acc])
+        for (label, kind), acc in sorted(sums.items())
+    ]
 
 
 def _device_label(target: str, s: DeviceSample) -> str:
@@ -45,25 +50,33 @@ def _device_label(target: str, s: DeviceSample) -> str:
 _Point = tuple[str, str, float, float | None]  # (label, kind, time, value)
 
 
-def read_devices(store: Store, *, since: float, until: float, name: str,
-                 max_points: int) -> DevicesView:
+def read_devices(
+    store: Store, *, since: float, until: float, name: str, max_points: int
+) -> DevicesView:
     bucket_s = max((until - since) / max_points, 1.0)
     buckets = max(int(math.ceil((until - since) / bucket_s)), 1)
     utilisation, memory, power, truncated_to_s = _device_points(store, since, until)
     processes, metric, process_since = _process_rows(store, since, until, bucket_s, buckets)
     return DevicesView(
-        range_name=name, since=since, until=until,
+        range_name=name,
+        since=since,
+        until=until,
         t=[since + i * bucket_s for i in range(buckets)],
         devices=_bucketed(utilisation, since, bucket_s, buckets),
-        processes=processes, process_metric=metric,
+        processes=processes,
+        process_metric=metric,
         process_window_s=until - process_since if process_since > since else None,
         devices_truncated_to_s=truncated_to_s,
         memory_used_gb=_bucketed(memory, since, bucket_s, buckets),
-        power_w=_bucketed(power, since, bucket_s, buckets))
+        power_w=_bucketed(power, since, bucket_s, buckets),
+    )
 
 
-def _device_points(store: Store, since: float, until: float,
-                   ) -> tuple[list[_Point], list[_Point], list[_Point], float | None]:
+def _device_points(
+    store: Store,
+    since: float,
+    until: float,
+) -> tuple[list[_Point], list[_Point], list[_Point], float | None]:
     """Utilisation, memory (GB) and power points of every device: from rollups (up to
     the last closed bucket) and the raw samples after them beyond ``RAW_RANGE_S``;
     from raw samples below. The last item is set when a long range without rollups
@@ -91,30 +104,34 @@ def _device_points(store: Store, since: float, until: float,
         kind = reading.kind
         # SM activity (GPM) when read, else the coarser utilisation counter.
         busy = reading.sm_active_pct
-        utilisation.append((label, kind, at,
-                            busy if busy is not None else reading.utilization_gpu_pct))
+        utilisation.append(
+            (label, kind, at, busy if busy is not None else reading.utilization_gpu_pct)
+        )
         if reading.memory_used_bytes is not None:
             memory.append((label, kind, at, reading.memory_used_bytes / 1e9))
         power.append((label, kind, at, reading.power_w))
 
     for r in rollups:  # a bucket's means, at its middle
-        add(labels.get((r.target, r.uuid), f"{r.target} · {r.kind} ({r.uuid[-8:]})"),
-            r.bucket_start + r.bucket_s / 2, r.mean)
+        add(
+            labels.get((r.target, r.uuid), f"{r.target} · {r.kind} ({r.uuid[-8:]})"),
+            r.bucket_start + r.bucket_s / 2,
+            r.mean,
+        )
     for d in raw:
         add(labels[(d.target, d.sample.uuid)], d.collected_at, d.sample)
     return utilisation, memory, power, truncated_to_s
 
 
-def _process_rows(store: Store, since: float, until: float, bucket_s: float,
-                  buckets: int) -> tuple[list[HeatRow], str, float]:
+def _process_rows(
+    store: Store, since: float, until: float, bucket_s: float, buckets: int
+) -> tuple[list[HeatRow], str, float]:
     """One row per model-instance process over at most the last ``RAW_FALLBACK_S``:
     NVML's SM share when any process has one, else each Python-backend stub's CPU;
     with the metric's name and where the rows start."""
     process_since = max(since, until - RAW_FALLBACK_S)
     # Process buckets count from ``since`` so their cells line up with the devices'.
     skipped = int((process_since - since) // bucket_s)
-    cells = store.process_buckets(since=since + skipped * bucket_s, until=until,
-                                  bucket_s=bucket_s)
+    cells = store.process_buckets(since=since + skipped * bucket_s, until=until, bucket_s=bucket_s)
     gpu_cells = [c for c in cells if c.sm_util_pct is not None]
     metric = "SM % (NVML)" if gpu_cells else "CPU % of one core"
     rows: dict[str, list[float | None]] = {}
@@ -123,5 +140,11 @@ def _process_rows(store: Store, since: float, until: float, bucket_s: float,
         values = rows.setdefault(label, [None] * buckets)
         if 0 <= skipped + c.bucket < buckets:
             values[skipped + c.bucket] = c.sm_util_pct if gpu_cells else c.cpu_pct
-    return ([HeatRow(label=label, kind="process", values=values)
-             for label, values in sorted(rows.items())], metric, process_since)
+    return (
+        [
+            HeatRow(label=label, kind="process", values=values)
+            for label, values in sorted(rows.items())
+        ],
+        metric,
+        process_since,
+    )

@@ -19,8 +19,7 @@ def _findings_since(store: Store, since: float) -> list[StoredFinding]:
 
 
 #: Each reader turns one kind of stored event into findings-shaped events since a time.
-EVENT_READERS: Final[tuple[Callable[[Store, float], list[StoredFinding]], ...]] = (
-    _findings_since,)
+EVENT_READERS: Final[tuple[Callable[[Store, float], list[StoredFinding]], ...]] = (_findings_since,)
 _SEVERITY_ORDER: Final = {"critical": 0, "warning": 1, "info": 2}
 
 
@@ -28,20 +27,34 @@ def _severity_rank(severity: str) -> int:
     return _SEVERITY_ORDER.get(severity, 3)
 
 
-def read_events(store: Store, *, since: float, target: str | None, subject: str | None,
-                kind: str | None, severity: str | None, state: str) -> EventsView:
+def read_events(
+    store: Store,
+    *,
+    since: float,
+    target: str | None,
+    subject: str | None,
+    kind: str | None,
+    severity: str | None,
+    state: str,
+) -> EventsView:
     every = [e for read in EVENT_READERS for e in read(store, since)]
-    chosen = [e for e in every
-              if (target is None or e.target == target)
-              and (subject is None or e.subject == subject)
-              and (kind is None or e.kind == kind)
-              and (severity is None or e.severity == severity)
-              and (state == "all" or (state == "active") == is_open(e))]
+    chosen = [
+        e
+        for e in every
+        if (target is None or e.target == target)
+        and (subject is None or e.subject == subject)
+        and (kind is None or e.kind == kind)
+        and (severity is None or e.severity == severity)
+        and (state == "all" or (state == "active") == is_open(e))
+    ]
     chosen.sort(key=lambda e: (not is_open(e), _severity_rank(e.severity), -e.created_at, -e.id))
-    return EventsView(events=chosen[:500], targets=sorted({e.target for e in every}),
-                      subjects=sorted({e.subject for e in every}),
-                      kinds=sorted({e.kind for e in every}),
-                      severities=sorted({e.severity for e in every}, key=_severity_rank))
+    return EventsView(
+        events=chosen[:500],
+        targets=sorted({e.target for e in every}),
+        subjects=sorted({e.subject for e in every}),
+        kinds=sorted({e.kind for e in every}),
+        severities=sorted({e.severity for e in every}, key=_severity_rank),
+    )
 
 
 def model_findings(store: Store, target: str, model: str, since: float) -> list[StoredFinding]:

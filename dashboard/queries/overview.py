@@ -22,8 +22,9 @@ def read_overview(store: Store, *, window_s: float, now: float) -> OverviewData:
     for f in findings:
         by_subject[(f.target, f.subject)].append(f)
 
-    models = [ModelRow(status=m, findings=by_subject.get((m.target, m.model), []))
-              for m in report.models]
+    models = [
+        ModelRow(status=m, findings=by_subject.get((m.target, m.model), [])) for m in report.models
+    ]
     model_count: dict[str, int] = defaultdict(int)
     for m in report.models:
         model_count[m.target] += 1
@@ -43,11 +44,17 @@ def read_overview(store: Store, *, window_s: float, now: float) -> OverviewData:
             instances_total += instances
             instances_idle += instances * (1.0 - min(max(busy, 0.0), 1.0))
     return OverviewData(
-        generated_at=now, window_s=window_s, targets=targets, models=models, devices=devices,
-        device_findings=device_findings, idle_gpus=sum(idle) if idle else None,
+        generated_at=now,
+        window_s=window_s,
+        targets=targets,
+        models=models,
+        devices=devices,
+        device_findings=device_findings,
+        idle_gpus=sum(idle) if idle else None,
         instances_total=instances_total,
         instances_idle=instances_idle if instances_total else None,
-        last_sample_at=store.latest_collected_at())
+        last_sample_at=store.latest_collected_at(),
+    )
 
 
 def _utilisation(d: DeviceSample) -> tuple[float | None, str | None]:
@@ -90,6 +97,14 @@ def device_tiles(devices: Sequence[DeviceStatus]) -> list[DeviceTile]:
         else:
             weight = 0.0 if children.get(s.uuid) else 1.0
         idle = weight * (1.0 - min(max(util, 0.0), 100.0) / 100.0) if util is not None else None
-        tiles.append(DeviceTile(target=d.target, sample=s, utilisation_pct=util, metric=metric,
-                                weight=round(weight, 4), idle_gpus=idle))
+        tiles.append(
+            DeviceTile(
+                target=d.target,
+                sample=s,
+                utilisation_pct=util,
+                metric=metric,
+                weight=round(weight, 4),
+                idle_gpus=idle,
+            )
+        )
     return tiles

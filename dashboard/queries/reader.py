@@ -49,8 +49,13 @@ class DashboardQueries:
     ``Store`` call has its own session).
     """
 
-    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time,
-                 slo_p95_ms: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], float] = time.time,
+        slo_p95_ms: dict[str, float] | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
         self._what_if = WhatIfCurves(store, slo_p95_ms=slo_p95_ms)
@@ -66,13 +71,22 @@ class DashboardQueries:
         """Every target, every model row and every device over the latest window."""
         at = self._clock() if now is None else now
         return self._guard(
-            "overview", lambda store: read_overview(store, window_s=window_s, now=at),
-            lambda error: OverviewData(generated_at=at, window_s=window_s, error=error))
+            "overview",
+            lambda store: read_overview(store, window_s=window_s, now=at),
+            lambda error: OverviewData(generated_at=at, window_s=window_s, error=error),
+        )
 
     # ------------------------------------------------------------------ one model
 
-    def model_detail(self, target: str, model: str, *, range_name: str | None = None,
-                     now: float | None = None, max_points: int = 240) -> ModelDetail:
+    def model_detail(
+        self,
+        target: str,
+        model: str,
+        *,
+        range_name: str | None = None,
+        now: float | None = None,
+        max_points: int = 240,
+    ) -> ModelDetail:
         """Everything a model page shows, from one pass over the store."""
         name, seconds = parse_range(range_name)
         until = self._clock() if now is None else now
@@ -80,61 +94,85 @@ class DashboardQueries:
 
         def read(store: Store) -> ModelDetail:
             series, distribution = series_and_distribution(
-                store, target, model, since, until, max_points=max_points)
+                store, target, model, since, until, max_points=max_points
+            )
             config = store.latest_model_configs(target).get((target, model))
             up = next((t.up for t in store.targets() if t.name == target), None)
             return ModelDetail(
-                target=target, model=model, range_name=name, since=since, until=until, up=up,
-                series=series, distribution=distribution,
+                target=target,
+                model=model,
+                range_name=name,
+                since=since,
+                until=until,
+                up=up,
+                series=series,
+                distribution=distribution,
                 service_time=model_parts.service_time(
-                    distribution, config.config.max_batch_size if config else None),
-                config=config, findings=model_findings(store, target, model, since),
-                recommendation=model_parts.latest_recommendation(store, target, model))
+                    distribution, config.config.max_batch_size if config else None
+                ),
+                config=config,
+                findings=model_findings(store, target, model, since),
+                recommendation=model_parts.latest_recommendation(store, target, model),
+            )
 
         return self._guard(
-            f"model page of {model!r} on {target!r}", read,
-            lambda error: ModelDetail(target=target, model=model, range_name=name,
-                                      since=since, until=until, error=error))
+            f"model page of {model!r} on {target!r}",
+            read,
+            lambda error: ModelDetail(
+                target=target, model=model, range_name=name, since=since, until=until, error=error
+            ),
+        )
 
-    def model_series(self, target: str, model: str, *, since: float, until: float,
-                     max_points: int = 240) -> ModelSeries:
+    def model_series(
+        self, target: str, model: str, *, since: float, until: float, max_points: int = 240
+    ) -> ModelSeries:
         return self._guard(
             "model series",
-            lambda s: series_and_distribution(s, target, model, since, until,
-                                              max_points=max_points)[0],
-            lambda _error: ModelSeries(0.0, "none"))
+            lambda s: series_and_distribution(
+                s, target, model, since, until, max_points=max_points
+            )[0],
+            lambda _error: ModelSeries(0.0, "none"),
+        )
 
-    def batch_distribution(self, target: str, model: str, *, since: float,
-                           until: float) -> BatchDistribution:
+    def batch_distribution(
+        self, target: str, model: str, *, since: float, until: float
+    ) -> BatchDistribution:
         return self._guard(
             "batch distribution",
             lambda s: series_and_distribution(s, target, model, since, until)[1],
-            lambda _error: BatchDistribution())
+            lambda _error: BatchDistribution(),
+        )
 
-    def service_time(self, target: str, model: str, *, since: float,
-                     until: float) -> ServiceTimeView | None:
+    def service_time(
+        self, target: str, model: str, *, since: float, until: float
+    ) -> ServiceTimeView | None:
         def read(store: Store) -> ServiceTimeView | None:
             distribution = series_and_distribution(store, target, model, since, until)[1]
             config = store.latest_model_configs(target).get((target, model))
             return model_parts.service_time(
-                distribution, config.config.max_batch_size if config else None)
+                distribution, config.config.max_batch_size if config else None
+            )
 
         return self._guard("service time", read, lambda _error: None)
 
     def findings(self, target: str, model: str, *, since: float) -> list[StoredFinding]:
-        return self._guard("findings", lambda s: model_findings(s, target, model, since),
-                           lambda _error: [])
+        return self._guard(
+            "findings", lambda s: model_findings(s, target, model, since), lambda _error: []
+        )
 
     def latest_recommendation(self, target: str, model: str) -> RecommendationView | None:
-        return self._guard("recommendation",
-                           lambda s: model_parts.latest_recommendation(s, target, model),
-                           lambda _error: None)
+        return self._guard(
+            "recommendation",
+            lambda s: model_parts.latest_recommendation(s, target, model),
+            lambda _error: None,
+        )
 
     # ------------------------------------------------------------------ other pages
 
     def recommendations(self) -> tuple[list[RecommendationView], str | None]:
         """The latest recommendation of every model, most confident change first; and
         an error line when the store could not be read."""
+
         def read(store: Store) -> tuple[list[RecommendationView], str | None]:
             latest: dict[tuple[str, str], StoredRecommendation] = {}
             for r in store.recommendations():
@@ -145,43 +183,73 @@ class DashboardQueries:
 
         return self._guard("recommendations", read, lambda error: ([], error))
 
-    def events(self, *, since_s: float = 7 * 24 * 3600.0, target: str | None = None,
-               subject: str | None = None, kind: str | None = None,
-               severity: str | None = None, state: str = "active",
-               now: float | None = None) -> EventsView:
+    def events(
+        self,
+        *,
+        since_s: float = 7 * 24 * 3600.0,
+        target: str | None = None,
+        subject: str | None = None,
+        kind: str | None = None,
+        severity: str | None = None,
+        state: str = "active",
+        now: float | None = None,
+    ) -> EventsView:
         """Findings (and, later, other events) matching the filters; ``state`` is
         ``active``, ``past`` or ``all``; past ones from the last ``since_s``."""
         at = self._clock() if now is None else now
         return self._guard(
-            "events", lambda s: read_events(s, since=at - since_s, target=target,
-                                            subject=subject, kind=kind, severity=severity,
-                                            state=state),
-            lambda error: EventsView(error=error))
+            "events",
+            lambda s: read_events(
+                s,
+                since=at - since_s,
+                target=target,
+                subject=subject,
+                kind=kind,
+                severity=severity,
+                state=state,
+            ),
+            lambda error: EventsView(error=error),
+        )
 
-    def devices(self, *, range_name: str | None = None, now: float | None = None,
-                max_points: int = 120) -> DevicesView:
+    def devices(
+        self, *, range_name: str | None = None, now: float | None = None, max_points: int = 120
+    ) -> DevicesView:
         """Utilisation of every GPU / MIG instance and model-instance process over a
         range, bucketed for a heatmap, with memory and power."""
         name, seconds = parse_range(range_name)
         until = self._clock() if now is None else now
         since = until - seconds
         return self._guard(
-            "devices", lambda s: read_devices(s, since=since, until=until, name=name,
-                                              max_points=max_points),
-            lambda error: DevicesView(range_name=name, since=since, until=until, error=error))
+            "devices",
+            lambda s: read_devices(s, since=since, until=until, name=name, max_points=max_points),
+            lambda error: DevicesView(range_name=name, since=since, until=until, error=error),
+        )
 
-    def what_if(self, target: str, model: str, *, preferred: Sequence[int],
-                instances: int, now: float | None = None) -> WhatIfView:
+    def what_if(
+        self,
+        target: str,
+        model: str,
+        *,
+        preferred: Sequence[int],
+        instances: int,
+        now: float | None = None,
+    ) -> WhatIfView:
         """Predicted QPS and p95 over the max queue delays for ``preferred`` sizes and
         ``instances`` instances, at the load last observed for the model."""
         at = self._clock() if now is None else now
         return self._guard(
             f"what-if of {model!r}",
-            lambda _s: self._what_if.curve(target, model, preferred=preferred,
-                                           instances=instances, now=at),
-            lambda error: WhatIfView(target=target, model=model,
-                                     preferred=sorted(set(preferred)), instances=instances,
-                                     error=error))
+            lambda _s: self._what_if.curve(
+                target, model, preferred=preferred, instances=instances, now=at
+            ),
+            lambda error: WhatIfView(
+                target=target,
+                model=model,
+                preferred=sorted(set(preferred)),
+                instances=instances,
+                error=error,
+            ),
+        )
 
 
 def _one_line(err: BaseException) -> str:

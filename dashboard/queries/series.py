@@ -35,22 +35,32 @@ _LEAD_S: Final = 60.0
 _GAP_INTERVALS: Final = 3.0
 
 
-def series_and_distribution(store: Store, target: str, model: str, since: float,
-                            until: float, *, max_points: int = 240,
-                            ) -> tuple[ModelSeries, BatchDistribution]:
+def series_and_distribution(
+    store: Store,
+    target: str,
+    model: str,
+    since: float,
+    until: float,
+    *,
+    max_points: int = 240,
+) -> tuple[ModelSeries, BatchDistribution]:
     max_points = max(int(max_points), 2)
     if until - since <= RAW_RANGE_S:
-        samples = store.model_samples(target=target, model=model, since=since - _LEAD_S,
-                                      until=until)
-        return (raw_series(samples, since, until, max_points),
-                distribution_pairwise(samples, since))
+        samples = store.model_samples(
+            target=target, model=model, since=since - _LEAD_S, until=until
+        )
+        return (
+            raw_series(samples, since, until, max_points),
+            distribution_pairwise(samples, since),
+        )
 
     rollups = store.model_rollups(target=target, model=model, since=since, until=until)
     distribution = distribution_edges(store, target, model, since, until)
     if not rollups:
         start = max(since, until - RAW_FALLBACK_S)
-        samples = store.model_samples(target=target, model=model, since=start - _LEAD_S,
-                                      until=until)
+        samples = store.model_samples(
+            target=target, model=model, since=start - _LEAD_S, until=until
+        )
         series = raw_series(samples, start, until, max_points)
         if start > since:
             series = replace(series, truncated_to_s=until - start)
@@ -60,15 +70,15 @@ def series_and_distribution(store: Store, target: str, model: str, since: float,
     rolled_until = max(r.bucket_start + r.bucket_s for r in rollups)
     tail: list[ModelSample] = []
     if rolled_until < until:
-        tail = store.model_samples(target=target, model=model, since=rolled_until - _LEAD_S,
-                                   until=until)
+        tail = store.model_samples(
+            target=target, model=model, since=rolled_until - _LEAD_S, until=until
+        )
     step = max(bucket_s, (until - since) / max_points)
     return rollup_series(rollups, tail, rolled_until, until, step), distribution
 
 
 # requests/s, avg batch, queue ms, compute ms, pending requests, failures/s
-_Values = tuple[float | None, float | None, float | None, float | None, float | None,
-                float | None]
+_Values = tuple[float | None, float | None, float | None, float | None, float | None, float | None]
 _GAP: Final[_Values] = (None, None, None, None, None, None)
 
 
@@ -86,25 +96,47 @@ class _Columns:
 
     def add(self, t: float, rates: ModelRates, pending_request_count: float | None) -> None:
         self.t.append(t)
-        self.values.append((rates.requests_per_s, rates.avg_batch_size,
-                            _ms(rates.queue_us_per_request), _ms(rates.compute_us_per_request),
-                            pending_request_count, rates.fail_per_s))
+        self.values.append(
+            (
+                rates.requests_per_s,
+                rates.avg_batch_size,
+                _ms(rates.queue_us_per_request),
+                _ms(rates.compute_us_per_request),
+                pending_request_count,
+                rates.fail_per_s,
+            )
+        )
 
     def extend(self, series: ModelSeries) -> None:
         self.t.extend(series.t)
-        self.values.extend(zip(series.requests_per_s, series.avg_batch_size, series.queue_ms,
-                               series.compute_ms, series.pending_request_count,
-                               series.fail_per_s, strict=True))
+        self.values.extend(
+            zip(
+                series.requests_per_s,
+                series.avg_batch_size,
+                series.queue_ms,
+                series.compute_ms,
+                series.pending_request_count,
+                series.fail_per_s,
+                strict=True,
+            )
+        )
 
     def series(self, bucket_s: float, source: str) -> ModelSeries:
         cols: list[list[float | None]] = [[] for _ in _GAP]
         for point in self.values:
             for col, value in zip(cols, point, strict=True):
                 col.append(value)
-        return ModelSeries(bucket_s=bucket_s, source=source if self.t else "none", t=self.t,
-                           requests_per_s=cols[0], avg_batch_size=cols[1], queue_ms=cols[2],
-                           compute_ms=cols[3], pending_request_count=cols[4],
-                           fail_per_s=cols[5])
+        return ModelSeries(
+            bucket_s=bucket_s,
+            source=source if self.t else "none",
+            t=self.t,
+            requests_per_s=cols[0],
+            avg_batch_size=cols[1],
+            queue_ms=cols[2],
+            compute_ms=cols[3],
+            pending_request_count=cols[4],
+            fail_per_s=cols[5],
+        )
 
 
 def _ms(us: float | None) -> float | None:
@@ -112,13 +144,15 @@ def _ms(us: float | None) -> float | None:
 
 
 def _median_interval(samples: Sequence[ModelSample]) -> float | None:
-    gaps = sorted(b.collected_at - a.collected_at
-                  for a, b in zip(samples, samples[1:], strict=False))
+    gaps = sorted(
+        b.collected_at - a.collected_at for a, b in zip(samples, samples[1:], strict=False)
+    )
     return gaps[len(gaps) // 2] if gaps else None
 
 
-def raw_series(samples: Sequence[ModelSample], since: float, until: float,
-               max_points: int) -> ModelSeries:
+def raw_series(
+    samples: Sequence[ModelSample], since: float, until: float, max_points: int
+) -> ModelSeries:
     """One point per bucket: the versions' rates over the bucket merged across
     versions (their windows overlap), at the bucket's latest sample; the pending
     gauge's mean per version, summed.
@@ -127,8 +161,9 @@ def raw_series(samples: Sequence[ModelSample], since: float, until: float,
     empty buckets; a pair spanning more than ``_GAP_INTERVALS`` intervals (the
     collector or the target was down) puts a gap row before its bucket."""
     versions = by_version(samples)
-    interval = min((i for v in versions.values() if (i := _median_interval(v)) is not None),
-                   default=1.0)
+    interval = min(
+        (i for v in versions.values() if (i := _median_interval(v)) is not None), default=1.0
+    )
     bucket_s = max((until - since) / max_points, interval, 1.0)
     long_pair = max(_GAP_INTERVALS * interval, 2 * bucket_s)
 
@@ -165,8 +200,13 @@ def raw_series(samples: Sequence[ModelSample], since: float, until: float,
     return out.series(bucket_s, "raw")
 
 
-def rollup_series(rollups: Sequence[ModelRollup], tail: Sequence[ModelSample],
-                  rolled_until: float, until: float, step: float) -> ModelSeries:
+def rollup_series(
+    rollups: Sequence[ModelRollup],
+    tail: Sequence[ModelSample],
+    rolled_until: float,
+    until: float,
+    step: float,
+) -> ModelSeries:
     """Rollup buckets merged over versions and into ``step``-long points, then the raw
     samples after the last rollup."""
     groups: dict[float, dict[float, list[ModelRollup]]] = defaultdict(lambda: defaultdict(list))
@@ -178,8 +218,10 @@ def rollup_series(rollups: Sequence[ModelRollup], tail: Sequence[ModelSample],
     previous: float | None = None
     for start in sorted(groups):
         buckets = groups[start]
-        per_bucket = [merge_over_series([r.rates for r in rows if r.rates is not None])
-                      for rows in buckets.values()]
+        per_bucket = [
+            merge_over_series([r.rates for r in rows if r.rates is not None])
+            for rows in buckets.values()
+        ]
         merged = merge_over_time([r for r in per_bucket if r is not None])
         if merged is None:
             continue
@@ -188,11 +230,18 @@ def rollup_series(rollups: Sequence[ModelRollup], tail: Sequence[ModelSample],
         previous = start
         # The pending gauge: summed over versions, averaged over the point's buckets.
         pending = gauge_mean(
-            sum(values) if (values := [r.pending_request_count for r in rows
-                                       if r.pending_request_count is not None]) else None
-            for rows in buckets.values())
+            sum(values)
+            if (
+                values := [
+                    r.pending_request_count for r in rows if r.pending_request_count is not None
+                ]
+            )
+            else None
+            for rows in buckets.values()
+        )
         out.add(start + step / 2, merged, pending)
     if tail:
-        out.extend(raw_series(tail, rolled_until, until,
-                              max(int((until - rolled_until) / step), 1)))
+        out.extend(
+            raw_series(tail, rolled_until, until, max(int((until - rolled_until) / step), 1))
+        )
     return out.series(step, "rollup")

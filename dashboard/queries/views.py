@@ -18,8 +18,14 @@ from collector.records import DeviceSample, Prediction
 from collector.store import StoredFinding, StoredModelConfig, StoredRecommendation, TargetState
 
 #: The time ranges a model page offers, by their query-string name.
-RANGES: Final = {"5m": 300.0, "15m": 900.0, "1h": 3600.0, "6h": 6 * 3600.0,
-                 "24h": 24 * 3600.0, "7d": 7 * 24 * 3600.0}
+RANGES: Final = {
+    "5m": 300.0,
+    "15m": 900.0,
+    "1h": 3600.0,
+    "6h": 6 * 3600.0,
+    "24h": 24 * 3600.0,
+    "7d": 7 * 24 * 3600.0,
+}
 DEFAULT_RANGE: Final = "15m"
 #: Ranges up to this long are read from raw samples; longer ones from rollups.
 RAW_RANGE_S: Final = 3600.0
@@ -27,6 +33,7 @@ RAW_RANGE_S: Final = 3600.0
 RAW_FALLBACK_S: Final = 6 * 3600.0
 #: The max queue delays a what-if curve runs over (µs).
 WHAT_IF_DELAYS_US: Final = (0, 100, 250, 500, 1000, 2000, 5000, 10000)
+
 
 def parse_range(name: str | None) -> tuple[str, float]:
     """A range's name and seconds; an unknown or missing name gives the default."""

@@ -47,18 +47,25 @@ class WhatIfCurves:
     """What-if curves over ``store``, each model calibrated at most once per
     ``ttl_s``; safe to share between threads."""
 
-    def __init__(self, store: Store, *, slo_p95_ms: Mapping[str, float] | None = None,
-                 ttl_s: float = WHAT_IF_MODEL_TTL_S) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        slo_p95_ms: Mapping[str, float] | None = None,
+        ttl_s: float = WHAT_IF_MODEL_TTL_S,
+    ) -> None:
         self._store = store
         self._slo = dict(slo_p95_ms or {})
         self._ttl_s = ttl_s
         self._models: dict[tuple[str, str], _Calibrated] = {}
         self._lock = threading.Lock()
 
-    def curve(self, target: str, model: str, *, preferred: Sequence[int], instances: int,
-              now: float) -> WhatIfView:
-        view = WhatIfView(target=target, model=model, preferred=sorted(set(preferred)),
-                          instances=instances)
+    def curve(
+        self, target: str, model: str, *, preferred: Sequence[int], instances: int, now: float
+    ) -> WhatIfView:
+        view = WhatIfView(
+            target=target, model=model, preferred=sorted(set(preferred)), instances=instances
+        )
         calibrated = self._calibrated(target, model, now)
         if calibrated.batcher is None:
             return replace(view, error="not enough traffic observed for a prediction yet")
@@ -89,8 +96,7 @@ def _calibrate(store: Store, target: str, model: str, now: float) -> BatcherMode
     return batcher_model(observation, _SETTINGS) if observation is not None else None
 
 
-def draw_curve(batcher: BatcherModel, view: WhatIfView,
-               slo_p95_ms: float | None) -> WhatIfView:
+def draw_curve(batcher: BatcherModel, view: WhatIfView, slo_p95_ms: float | None) -> WhatIfView:
     """``view`` filled with the predictions of ``batcher`` over ``WHAT_IF_DELAYS_US``
     (preferred sizes above the max batch size and instance counts beyond the model's
     limit are dropped) and the objective they are judged against."""
@@ -99,11 +105,18 @@ def draw_curve(batcher: BatcherModel, view: WhatIfView,
     sizes = [p for p in view.preferred if 1 <= p <= current.max_batch_size]
     instances = min(max(view.instances, 1), settings.max_instances)
     predicted = [
-        batcher.predict(BatcherConfig(max_batch_size=current.max_batch_size,
-                                      dynamic_batching=True, preferred_batch_sizes=tuple(sizes),
-                                      max_queue_delay_us=delay, instance_count=instances),
-                        requests=settings.screen_requests)
-        for delay in WHAT_IF_DELAYS_US]
+        batcher.predict(
+            BatcherConfig(
+                max_batch_size=current.max_batch_size,
+                dynamic_batching=True,
+                preferred_batch_sizes=tuple(sizes),
+                max_queue_delay_us=delay,
+                instance_count=instances,
+            ),
+            requests=settings.screen_requests,
+        )
+        for delay in WHAT_IF_DELAYS_US
+    ]
     today = batcher.predict(current, requests=settings.screen_requests)
     objective: float | None
     if slo_p95_ms is not None:
@@ -111,9 +124,16 @@ def draw_curve(batcher: BatcherModel, view: WhatIfView,
     else:
         objective = today.p95_ms * settings.latency_margin if today.p95_ms else None
         text = f"current p95 + {settings.latency_margin - 1:.0%}"
-    return replace(view, preferred=sizes, instances=instances,
-                   delays_us=list(WHAT_IF_DELAYS_US), predicted=predicted, current=today,
-                   objective_p95_ms=objective, objective=text,
-                   current_delay_us=current.max_queue_delay_us if current.dynamic_batching
-                   else None,
-                   max_batch_size=current.max_batch_size, max_instances=settings.max_instances)
+    return replace(
+        view,
+        preferred=sizes,
+        instances=instances,
+        delays_us=list(WHAT_IF_DELAYS_US),
+        predicted=predicted,
+        current=today,
+        objective_p95_ms=objective,
+        objective=text,
+        current_delay_us=current.max_queue_delay_us if current.dynamic_batching else None,
+        max_batch_size=current.max_batch_size,
+        max_instances=settings.max_instances,
+    )

@@ -24,9 +24,15 @@ from collector.synthetic import Load, model_config, scrape_ok, steady_load, stor
 from dashboard import ids
 
 CHROME_ARGUMENTS = (
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--no-first-run", "--window-size=1600,1200",
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1600,1200",
 )
 
 
@@ -57,12 +63,20 @@ def pytest_setup_options():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(autouse=True)
 def _browser_installed() -> None:
-    missing = [name for name, found in (("chromium", _chromium()),
-                                         ("chromedriver", shutil.which("chromedriver")))
-               if not found]
+    missing = [
+        name
+        for name, found in (
+            ("chromium", _chromium()),
+            ("chromedriver", shutil.which("chromedriver")),
+        )
+        if not found
+    ]
     if missing:
-        pytest.fail(f"{' and '.join(missing)} not found: run `make system-deps` (Debian "
-                    f"packages chromium chromium-driver)", pytrace=False)
+        pytest.fail(
+            f"{' and '.join(missing)} not found: run `make system-deps` (Debian "
+            f"packages chromium chromium-driver)",
+            pytrace=False,
+        )
 
 
 def no_alert(driver) -> bool:  # type: ignore[no-untyped-def]
@@ -82,8 +96,9 @@ def assert_no_html_ran(driver) -> None:  # type: ignore[no-untyped-def]
 
 def open_model_page(dash_duo, model: str, *, timeout: float) -> None:  # type: ignore[no-untyped-def]
     """Follow the overview's link to ``model``'s page; wait for its heading and rates."""
-    link = next(a for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link")
-                if a.text == model)
+    link = next(
+        a for a in dash_duo.find_elements(f"#{ids.Overview.MODELS} a.model-link") if a.text == model
+    )
     link.click()
     dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", model, timeout=timeout)
     dash_duo.wait_for_element(f"#{ids.Model.QPS} .scatterlayer .trace", timeout=timeout)
@@ -100,14 +115,37 @@ UNBATCHED = model_config("unbatched", batching=False)
 
 def loads(*names: str) -> list[Load]:
     out = [
-        Load(config=BATCHED, qps=420.0, request_ms=22.0, queue_share=0.3,
-             batch_mix={4: 0.2, 8: 0.5, 16: 0.3}, cost_ms=lambda b: 4.0 + 0.5 * b, pending=4.0),
-        Load(config=UNBATCHED, qps=180.0, request_ms=85.0, queue_share=0.9,
-             batch_mix={1: 1.0}, cost_ms=lambda b: 4.5, fail_per_s=0.2, pending=12.0),
+        Load(
+            config=BATCHED,
+            qps=420.0,
+            request_ms=22.0,
+            queue_share=0.3,
+            batch_mix={4: 0.2, 8: 0.5, 16: 0.3},
+            cost_ms=lambda b: 4.0 + 0.5 * b,
+            pending=4.0,
+        ),
+        Load(
+            config=UNBATCHED,
+            qps=180.0,
+            request_ms=85.0,
+            queue_share=0.9,
+            batch_mix={1: 1.0},
+            cost_ms=lambda b: 4.5,
+            fail_per_s=0.2,
+            pending=12.0,
+        ),
     ]
     for name in names:  # extra models with the unbatched load
-        out.append(Load(config=model_config(name, batching=False), qps=30.0, request_ms=10.0,
-                        queue_share=0.1, batch_mix={1: 1.0}, cost_ms=lambda b: 4.0))
+        out.append(
+            Load(
+                config=model_config(name, batching=False),
+                qps=30.0,
+                request_ms=10.0,
+                queue_share=0.1,
+                batch_mix={1: 1.0},
+                cost_ms=lambda b: 4.0,
+            )
+        )
     return out
 
 
@@ -135,17 +173,22 @@ def seeded_store(tmp_path: Path, store_at: Callable[[str], Store]) -> Callable[.
     def seed(*extra: str) -> Store:
         store = store_at(f"sqlite:///{tmp_path}/browser.db")
         now = time.time()
-        steady_load(store, loads(*extra), target="testbed", start=now - 300, seconds=300,
-                    step=2.0)
+        steady_load(store, loads(*extra), target="testbed", start=now - 300, seconds=300, step=2.0)
         scrape_ok(store, "testbed", now)
-        store.add_finding(kind="batching_off", severity="warning", target="testbed",
-                          subject="unbatched",
-                          summary="12 requests wait on average but run one at a time",
-                          window_start=now - 60, window_end=now,
-                          evidence={"concurrency": 15.3, "avg_batch_size": 1.0},
-                          created_at=now - 30)
-        store_recommendation(store, target="testbed", config=UNBATCHED, qps=180.0,
-                             p95_ms=95.0, created_at=now - 20)
+        store.add_finding(
+            kind="batching_off",
+            severity="warning",
+            target="testbed",
+            subject="unbatched",
+            summary="12 requests wait on average but run one at a time",
+            window_start=now - 60,
+            window_end=now,
+            evidence={"concurrency": 15.3, "avg_batch_size": 1.0},
+            created_at=now - 30,
+        )
+        store_recommendation(
+            store, target="testbed", config=UNBATCHED, qps=180.0, p95_ms=95.0, created_at=now - 20
+        )
         return store
 
     return seed
@@ -154,6 +197,7 @@ def seeded_store(tmp_path: Path, store_at: Callable[[str], Store]) -> Callable[.
 @pytest.fixture
 def screenshot(dash_duo, tmp_path: Path) -> Iterator[Callable[[str], Path]]:  # type: ignore[no-untyped-def]
     """``screenshot(name)`` saves the page as ``<tmp_path>/<name>.png``."""
+
     def save(name: str) -> Path:
         path = tmp_path / f"{name}.png"
         dash_duo.driver.save_screenshot(str(path))

@@ -40,14 +40,18 @@ def _overview_badges(driver) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 
 def test_demo_shows_a_finding_and_a_recommendation_within_a_minute(
-        dash_duo, tmp_path: Path, screenshot) -> None:  # type: ignore[no-untyped-def]
+    dash_duo, tmp_path: Path, screenshot
+) -> None:  # type: ignore[no-untyped-def]
     find_triton()  # fails with the reason when the testbed is not installed
     db = f"sqlite:///{tmp_path}/demo.db"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "demo", "--port", str(_free_port()),
-         "--db", db],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        [sys.executable, "-m", "collector.cli", "demo", "--port", str(_free_port()), "--db", db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     watchdog = threading.Timer(300, proc.kill)
     watchdog.start()
     try:
@@ -71,26 +75,40 @@ def test_demo_shows_a_finding_and_a_recommendation_within_a_minute(
 
         def wait(condition):  # type: ignore[no-untyped-def]
             # The pages redraw on every refresh: an element read mid-redraw is stale.
-            return WebDriverWait(driver, left(), poll_frequency=1.0,
-                                 ignored_exceptions=(StaleElementReferenceException,)
-                                 ).until(condition)
+            return WebDriverWait(
+                driver,
+                left(),
+                poll_frequency=1.0,
+                ignored_exceptions=(StaleElementReferenceException,),
+            ).until(condition)
 
         driver.get(url)
         # The overview refreshes itself: the finding's badge appears on the model's row.
         wait(lambda d: "batching off" in _overview_badges(d).get("unbatched", ""))
         screenshot("demo-overview")
         driver.get(url.rstrip("/") + "/recommendations")
-        href = wait(lambda d: next((a.get_attribute("href")
-                                    for a in d.find_elements(By.CSS_SELECTOR, "a.rec-item")
-                                    if a.find_element(By.CSS_SELECTOR, ".rec-model").text
-                                    == "unbatched"), False))
+        href = wait(
+            lambda d: next(
+                (
+                    a.get_attribute("href")
+                    for a in d.find_elements(By.CSS_SELECTOR, "a.rec-item")
+                    if a.find_element(By.CSS_SELECTOR, ".rec-model").text == "unbatched"
+                ),
+                False,
+            )
+        )
         driver.get(href)
         # Its detail proposes dynamic batching for the model that runs without it.
-        wait(lambda d: d.find_element(By.CSS_SELECTOR, f"#{ids.Recs.DETAIL} h2").text
-             .startswith("unbatched on "))
+        wait(
+            lambda d: d.find_element(By.CSS_SELECTOR, f"#{ids.Recs.DETAIL} h2").text.startswith(
+                "unbatched on "
+            )
+        )
         wait(lambda d: "dynamic_batching" in d.find_element(By.ID, ids.Recs.DETAIL).text)
-        print(f"\nthe UI showed the finding and the recommendation after "
-              f"{time.monotonic() - shown_at:.0f} s")
+        print(
+            f"\nthe UI showed the finding and the recommendation after "
+            f"{time.monotonic() - shown_at:.0f} s"
+        )
         screenshot("demo-recommendations")
 
         # The browser leaves first: its open, polling connections would hold the UI

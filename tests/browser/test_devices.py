@@ -43,29 +43,57 @@ SCENARIO = {
     "gpu.1.power.usage_mw": 400_000,
     "gpu.1.mig.enabled": 1,
     "gpu.1.gpm.supported": 1,
-    **{f"gpu.1.mig.{j}.{key}": value
-       for j, (sm, used) in enumerate(((85, 20), (4, 1)))
-       for key, value in (("uuid", f"MIG-{'ab'[j] * 8}-0000-0000-0000-00000000000{j + 1}"),
-                          ("name", "NVIDIA H200 MIG 3g.70gb"), ("gi", j + 1), ("ci", 0),
-                          ("memory.total", 70 * GIB), ("memory.used", used * GIB),
-                          ("gpm.supported", 1), ("gpm.metric.2", sm))},
+    **{
+        f"gpu.1.mig.{j}.{key}": value
+        for j, (sm, used) in enumerate(((85, 20), (4, 1)))
+        for key, value in (
+            ("uuid", f"MIG-{'ab'[j] * 8}-0000-0000-0000-00000000000{j + 1}"),
+            ("name", "NVIDIA H200 MIG 3g.70gb"),
+            ("gi", j + 1),
+            ("ci", 0),
+            ("memory.total", 70 * GIB),
+            ("memory.used", used * GIB),
+            ("gpm.supported", 1),
+            ("gpm.metric.2", sm),
+        )
+    },
 }
 
 
 @pytest.fixture
-def nvml_store(fake_libs: dict[str, Path], tmp_path: Path,
-               store_at: Callable[[str], Store]) -> Store:
+def nvml_store(
+    fake_libs: dict[str, Path], tmp_path: Path, store_at: Callable[[str], Store]
+) -> Store:
     """A SQLite store filled by three seconds of ``batchscope collect --sources nvml``
     against the fake NVML."""
     scenario = tmp_path / "scenario.txt"
     scenario.write_text("".join(f"{k} = {v}\n" for k, v in SCENARIO.items()))
     url = f"sqlite:///{tmp_path}/nvml.db"
-    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_libs["full"]),
-           "FAKE_NVML_SCENARIO": str(scenario)}
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(fake_libs["full"]),
+        "FAKE_NVML_SCENARIO": str(scenario),
+    }
     done = subprocess.run(
-        [sys.executable, "-m", "collector.cli", "collect", "--sources", "nvml",
-         "--interval", "0.5", "--duration", "3", "--db", url],
-        capture_output=True, text=True, env=env, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "collector.cli",
+            "collect",
+            "--sources",
+            "nvml",
+            "--interval",
+            "0.5",
+            "--duration",
+            "3",
+            "--db",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     store = store_at(url)
     assert {d.sample.kind for d in store.device_samples()} == {"gpu", "mig"}
@@ -77,7 +105,8 @@ def _figure(dash_duo, graph_id: str) -> dict[str, Any]:  # type: ignore[no-untyp
     return dash_duo.driver.execute_script(
         "const el = document.querySelector(`#${arguments[0]} .js-plotly-plot`);"
         "return el && el.data ? {data: el.data, title: el.layout.title.text} : null;",
-        graph_id)
+        graph_id,
+    )
 
 
 def _mean(values: list[float | None]) -> float:
@@ -95,28 +124,34 @@ def test_gpu_and_mig_tiles_total_the_idle_capacity(dash_duo, nvml_store, screens
     tiles = [t.text for t in dash_duo.find_elements(f"#{ids.Overview.TILES} .tile-device")]
     assert len(tiles) == 4
     assert sorted(t.split("\n")[:2] for t in tiles) == [
-        ["MIG 3g.70gb", "4 %"], ["MIG 3g.70gb", "85 %"],
-        ["NVIDIA H200", "12 %"], ["NVIDIA H200", "2 MIG"]]  # MIG mode: its instances count
+        ["MIG 3g.70gb", "4 %"],
+        ["MIG 3g.70gb", "85 %"],
+        ["NVIDIA H200", "12 %"],
+        ["NVIDIA H200", "2 MIG"],
+    ]  # MIG mode: its instances count
     empty = dash_duo.find_element(f"#{ids.Overview.EMPTY}").text
     assert "no Triton target" in empty
     screenshot("nvml-overview")
 
 
-def test_devices_page_draws_gpus_mig_instances_and_processes(dash_duo, nvml_store,
-                                                             screenshot) -> None:
+def test_devices_page_draws_gpus_mig_instances_and_processes(
+    dash_duo, nvml_store, screenshot
+) -> None:
     dash_duo.start_server(create_app(nvml_store, refresh_s=REFRESH_S))
     dash_duo.wait_for_page(url=f"{dash_duo.server_url}/devices?range=5m", timeout=20)
     dash_duo.wait_for_contains_text(f"#{ids.Devices.HEATMAP}", "3g.70gb", timeout=20)
 
     heat = _figure(dash_duo, ids.Devices.HEATMAP)
-    rows = {y: _mean(z) for y, z in zip(heat["data"][0]["y"], heat["data"][0]["z"],
-                                        strict=True)}
+    rows = {y: _mean(z) for y, z in zip(heat["data"][0]["y"], heat["data"][0]["z"], strict=True)}
     # One row per GPU or instance with a utilisation reading (GPU 1 has none in MIG
     # mode: its instances stand for it).
     assert len(rows) == 3
     by_suffix = {label.rsplit("(", 1)[-1].rstrip(")"): value for label, value in rows.items()}
-    assert by_suffix == {"00000000": pytest.approx(12), "00000001": pytest.approx(85),
-                         "00000002": pytest.approx(4)}
+    assert by_suffix == {
+        "00000000": pytest.approx(12),
+        "00000001": pytest.approx(85),
+        "00000002": pytest.approx(4),
+    }
 
     procs = _figure(dash_duo, ids.Devices.PROCESSES)
     assert "SM % (NVML)" in procs["title"]
@@ -125,11 +160,13 @@ def test_devices_page_draws_gpus_mig_instances_and_processes(dash_duo, nvml_stor
     assert _mean(procs["data"][0]["z"][0]) == pytest.approx(9)
 
     memory = _figure(dash_duo, ids.Devices.MEMORY)
-    used = {trace["name"].rsplit("(", 1)[-1].rstrip(")"): _mean(trace["y"])
-            for trace in memory["data"]}
+    used = {
+        trace["name"].rsplit("(", 1)[-1].rstrip(")"): _mean(trace["y"]) for trace in memory["data"]
+    }
     assert used["00000000"] == pytest.approx(20 * GIB / 1e9)
     assert used["00000002"] == pytest.approx(1 * GIB / 1e9)
     power = _figure(dash_duo, ids.Devices.POWER)
-    assert sorted(round(_mean(t["y"])) for t in power["data"]
-                  if any(v is not None for v in t["y"])) == [180, 400]
+    assert sorted(
+        round(_mean(t["y"])) for t in power["data"] if any(v is not None for v in t["y"])
+    ) == [180, 400]
     screenshot("nvml-devices")

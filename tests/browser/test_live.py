@@ -35,8 +35,15 @@ from tests.browser.conftest import assert_no_html_ran, open_model_page, severe_l
 ADMIN_PASSWORD = "admin-secret-1"
 VIEWER_PASSWORD = "viewer-secret-2"
 MODELS = (
-    ModelSpec("batched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32,
-              dynamic_batching=True, preferred_batch_sizes=(8, 16), max_queue_delay_us=2000),
+    ModelSpec(
+        "batched",
+        fixed_ms=4.0,
+        per_sample_ms=0.5,
+        max_batch_size=32,
+        dynamic_batching=True,
+        preferred_batch_sizes=(8, 16),
+        max_queue_delay_us=2000,
+    ),
     ModelSpec("unbatched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32),
 )
 # A model whose name is HTML, served for real: an ensemble over "unbatched" (Triton's
@@ -58,22 +65,30 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     """A real collection: 12 s of load on both models, scraped every 0.5 s, then the
     detectors and the recommender over the store."""
     root = tmp_path_factory.mktemp("live")
-    server = TritonServer((*MODELS, HOSTILE_SPEC), workdir=root / "triton",
-                          extra_args=["--metrics-config", "summary_latencies=true"])
+    server = TritonServer(
+        (*MODELS, HOSTILE_SPEC),
+        workdir=root / "triton",
+        extra_args=["--metrics-config", "summary_latencies=true"],
+    )
     server.start()
     try:
         target = target_from_url(server.http_url, server.metrics_url)
         url = f"sqlite:///{root}/live.db"
-        settings = Settings(targets=(target,), db_url=url, interval_s=0.5, jitter_s=0.0,
-                            sources=("triton", "host"))
+        settings = Settings(
+            targets=(target,), db_url=url, interval_s=0.5, jitter_s=0.0, sources=("triton", "host")
+        )
         store = Store(url)
         service = CollectorService(settings, store, build_sources(settings))
         service.start()
         try:
-            runs = [threading.Thread(target=run_load, args=(server.grpc_url, name),
-                                     kwargs={"concurrency": concurrency, "duration_s": 12.0})
-                    for name, concurrency in (("batched", 16), ("unbatched", 16),
-                                              (HOSTILE, 2))]
+            runs = [
+                threading.Thread(
+                    target=run_load,
+                    args=(server.grpc_url, name),
+                    kwargs={"concurrency": concurrency, "duration_s": 12.0},
+                )
+                for name, concurrency in (("batched", 16), ("unbatched", 16), (HOSTILE, 2))
+            ]
             for t in runs:
                 t.start()
             for t in runs:
@@ -94,8 +109,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 def app(live: Live) -> Iterator[object]:
     """The UI over the collection, with Apply as ``batchscope serve`` builds it (one-second
     before/after windows)."""
-    actions = ConfigActions(live.store, [live.target],
-                            apply=ApplySettings(before_s=1.0, after_s=1.0))
+    actions = ConfigActions(
+        live.store, [live.target], apply=ApplySettings(before_s=1.0, after_s=1.0)
+    )
     ui = UiSettings(admin_password=ADMIN_PASSWORD, viewer_password=VIEWER_PASSWORD)
     yield create_app(live.store, actions=actions, refresh_s=REFRESH_S, ui=ui)
     actions.close()
@@ -105,15 +121,17 @@ def _sign_in(dash_duo, password: str, path: str = "/") -> None:  # type: ignore[
     driver = dash_duo.driver
     driver.get(dash_duo.server.url + path)
     WebDriverWait(driver, 20).until(
-        expected_conditions.presence_of_element_located((By.ID, "login-password")))
+        expected_conditions.presence_of_element_located((By.ID, "login-password"))
+    )
     driver.find_element(By.ID, "login-password").send_keys(password)
     driver.find_element(By.ID, "login-submit").click()
     dash_duo.wait_for_element("#react-entry-point", timeout=20)
 
 
 def _live_config(live: Live, model: str) -> dict:
-    with urllib.request.urlopen(f"{live.server.http_url}/v2/models/{model}/config",
-                                timeout=10) as response:
+    with urllib.request.urlopen(
+        f"{live.server.http_url}/v2/models/{model}/config", timeout=10
+    ) as response:
         return json.loads(response.read())
 
 
@@ -132,7 +150,8 @@ def test_login_is_enforced(dash_duo, live: Live, app, screenshot) -> None:  # ty
     driver.find_element(By.ID, "login-password").send_keys("wrong")
     driver.find_element(By.ID, "login-submit").click()
     WebDriverWait(driver, 20).until(
-        expected_conditions.presence_of_element_located((By.ID, "login-error")))
+        expected_conditions.presence_of_element_located((By.ID, "login-error"))
+    )
     assert ADMIN_PASSWORD not in driver.page_source
     screenshot("login-refused")
 
@@ -142,21 +161,30 @@ def test_login_is_enforced(dash_duo, live: Live, app, screenshot) -> None:  # ty
     screenshot("signed-in-viewer")
 
 
-def test_overview_lists_both_models_from_the_real_collection(dash_duo, live: Live,  # type: ignore[no-untyped-def]
-                                                             app, screenshot) -> None:
+def test_overview_lists_both_models_from_the_real_collection(
+    dash_duo,
+    live: Live,  # type: ignore[no-untyped-def]
+    app,
+    screenshot,
+) -> None:
     dash_duo.start_server(app, navigate=False)
     _sign_in(dash_duo, VIEWER_PASSWORD)
     dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", "unbatched", timeout=30)
-    rows = {r.find_element(By.CSS_SELECTOR, "a.model-link").text: r.text
-            for r in dash_duo.find_elements(f"#{ids.Overview.MODELS} tbody tr")}
+    rows = {
+        r.find_element(By.CSS_SELECTOR, "a.model-link").text: r.text
+        for r in dash_duo.find_elements(f"#{ids.Overview.MODELS} tbody tr")
+    }
     assert set(rows) == {"batched", "unbatched", HOSTILE}
     assert "batching off" in rows["unbatched"]
     assert "preferred 8, 16" in rows["batched"]
     # The average batch size each model ran at: 1 without batching, several with it.
-    sizes = {r.find_element(By.CSS_SELECTOR, "a.model-link").text:
-             float(r.find_element(By.CSS_SELECTOR, "td .num").text)
-             for r in dash_duo.find_elements(f"#{ids.Overview.MODELS} tbody tr")
-             if r.find_elements(By.CSS_SELECTOR, "td .num")}
+    sizes = {
+        r.find_element(By.CSS_SELECTOR, "a.model-link").text: float(
+            r.find_element(By.CSS_SELECTOR, "td .num").text
+        )
+        for r in dash_duo.find_elements(f"#{ids.Overview.MODELS} tbody tr")
+        if r.find_elements(By.CSS_SELECTOR, "td .num")
+    }
     assert sizes["unbatched"] == 1.0
     assert sizes["batched"] > 2.0
     screenshot("live-overview")
@@ -172,18 +200,22 @@ def test_overview_lists_both_models_from_the_real_collection(dash_duo, live: Liv
     assert severe_logs(dash_duo) == []
 
 
-def test_what_if_slider_changes_the_predicted_curve(dash_duo, live: Live,  # type: ignore[no-untyped-def]
-                                                    app, screenshot) -> None:
+def test_what_if_slider_changes_the_predicted_curve(
+    dash_duo,
+    live: Live,  # type: ignore[no-untyped-def]
+    app,
+    screenshot,
+) -> None:
     dash_duo.start_server(app, navigate=False)
-    _sign_in(dash_duo, VIEWER_PASSWORD, "/recommendations?target="
-             f"{live.target.name}&model=batched")
+    _sign_in(dash_duo, VIEWER_PASSWORD, f"/recommendations?target={live.target.name}&model=batched")
     graph = f"#{ids.Recs.WHAT_IF_GRAPH}"
     dash_duo.wait_for_element(f"{graph} .barlayer .trace", timeout=60)
     dash_duo.wait_for_contains_text(f"#{ids.Recs.WHAT_IF_SUMMARY}", "QPS", timeout=60)
 
     def bars() -> list[str]:
-        return [p.get_attribute("d") for p in
-                dash_duo.find_elements(f"{graph} .barlayer .point path")]
+        return [
+            p.get_attribute("d") for p in dash_duo.find_elements(f"{graph} .barlayer .point path")
+        ]
 
     before = bars()
     summary_before = dash_duo.find_element(f"#{ids.Recs.WHAT_IF_SUMMARY}").text
@@ -195,14 +227,19 @@ def test_what_if_slider_changes_the_predicted_curve(dash_duo, live: Live,  # typ
     box.send_keys("1", Keys.TAB)
     WebDriverWait(dash_duo.driver, 60).until(lambda _d: bars() != before)
     WebDriverWait(dash_duo.driver, 60).until(
-        lambda _d: dash_duo.find_element(f"#{ids.Recs.WHAT_IF_SUMMARY}").text != summary_before)
+        lambda _d: dash_duo.find_element(f"#{ids.Recs.WHAT_IF_SUMMARY}").text != summary_before
+    )
     assert "1 instance(s)" in dash_duo.find_element(f"{graph} .gtitle").text
     screenshot("what-if-after")
     assert severe_logs(dash_duo) == []
 
 
-def test_admin_apply_changes_the_live_config_and_a_viewer_cannot(dash_duo, live: Live,  # type: ignore[no-untyped-def]
-                                                                 app, screenshot) -> None:
+def test_admin_apply_changes_the_live_config_and_a_viewer_cannot(
+    dash_duo,
+    live: Live,  # type: ignore[no-untyped-def]
+    app,
+    screenshot,
+) -> None:
     assert "dynamic_batching" not in _live_config(live, "unbatched")
     dash_duo.start_server(app, navigate=False)
     page = f"/recommendations?target={live.target.name}&model=unbatched"
@@ -218,7 +255,8 @@ def test_admin_apply_changes_the_live_config_and_a_viewer_cannot(dash_duo, live:
     # An admin applies it, confirms, and sees the verification result.
     _sign_in(dash_duo, ADMIN_PASSWORD, page)
     WebDriverWait(dash_duo.driver, 30).until(
-        lambda _d: dash_duo.find_element(f"#{ids.Recs.APPLY}").is_displayed())
+        lambda _d: dash_duo.find_element(f"#{ids.Recs.APPLY}").is_displayed()
+    )
     screenshot("admin-apply")
     dash_duo.find_element(f"#{ids.Recs.APPLY}").click()
     WebDriverWait(dash_duo.driver, 20).until(expected_conditions.alert_is_present())
@@ -230,8 +268,12 @@ def test_admin_apply_changes_the_live_config_and_a_viewer_cannot(dash_duo, live:
     assert "dynamic_batching" in config
 
 
-def test_a_model_named_like_html_is_shown_as_text(dash_duo, live: Live,  # type: ignore[no-untyped-def]
-                                                  app, screenshot) -> None:
+def test_a_model_named_like_html_is_shown_as_text(
+    dash_duo,
+    live: Live,  # type: ignore[no-untyped-def]
+    app,
+    screenshot,
+) -> None:
     """Triton reports the name in its metrics and statistics; every place the UI shows
     it, it is text: no image element, no script run."""
     dash_duo.start_server(app, navigate=False)

@@ -32,8 +32,11 @@ MODEL = ModelSpec("m", fixed_ms=4.0, per_sample_ms=0.3, max_batch_size=32)
 
 @contextmanager
 def background_load(server: TritonServer, concurrency: int, seconds: float) -> Iterator[None]:
-    thread = threading.Thread(target=run_load, args=(server.grpc_url, MODEL.name),
-                              kwargs={"concurrency": concurrency, "duration_s": seconds})
+    thread = threading.Thread(
+        target=run_load,
+        args=(server.grpc_url, MODEL.name),
+        kwargs={"concurrency": concurrency, "duration_s": seconds},
+    )
     thread.start()
     try:
         yield
@@ -42,19 +45,31 @@ def background_load(server: TritonServer, concurrency: int, seconds: float) -> I
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "collector.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "collector.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def hand_made(target: str, proposed: BatcherConfig, config: dict[str, object]) -> Recommendation:
     current = BatcherConfig(max_batch_size=MODEL.max_batch_size)
     return Recommendation(
-        target=target, model=MODEL.name, created_at=0.0, kind="tune",
-        changes=config_changes(current, proposed), current_config=current,
-        proposed_config=proposed, current=Prediction(qps=1.0, p95_ms=1.0),
-        predicted=Prediction(qps=1.0, p95_ms=1.0), confidence=0.5, reason="test",
+        target=target,
+        model=MODEL.name,
+        created_at=0.0,
+        kind="tune",
+        changes=config_changes(current, proposed),
+        current_config=current,
+        proposed_config=proposed,
+        current=Prediction(qps=1.0, p95_ms=1.0),
+        predicted=Prediction(qps=1.0, p95_ms=1.0),
+        confidence=0.5,
+        reason="test",
         config_pbtxt=render_pbtxt(proposed),
-        config_json=json.dumps(config_with(json.dumps(config), proposed)))
+        config_json=json.dumps(config_with(json.dumps(config), proposed)),
+    )
 
 
 def stored_recommendation(db_url: str, server: TritonServer, proposed: BatcherConfig) -> None:
@@ -78,26 +93,57 @@ def outcome(db_url: str) -> str:
         store.close()
 
 
-def test_recommend_then_apply_keeps_a_good_change(triton_factory: Callable[..., TritonServer],
-                                                   tmp_path: Path) -> None:
+def test_recommend_then_apply_keeps_a_good_change(
+    triton_factory: Callable[..., TritonServer], tmp_path: Path
+) -> None:
     server = triton_factory([MODEL], extra_args=["--metrics-config", "summary_latencies=true"])
     db = f"sqlite:///{tmp_path}/a.db"
     with background_load(server, concurrency=16, seconds=14):
-        out = cli("recommend", "--triton", server.http_url, "--metrics-url", server.metrics_url,
-                  "--db", db, "--observe", "10",
-                  "--window", "8", "--json")
+        out = cli(
+            "recommend",
+            "--triton",
+            server.http_url,
+            "--metrics-url",
+            server.metrics_url,
+            "--db",
+            db,
+            "--observe",
+            "10",
+            "--window",
+            "8",
+            "--json",
+        )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     (rec,) = data["recommendations"]
     assert rec["model"] == "m" and rec["kind"] == "probe"
-    assert {"target", "model", "changes", "current", "predicted", "confidence", "config_pbtxt",
-            "config_json"} <= set(rec)
+    assert {
+        "target",
+        "model",
+        "changes",
+        "current",
+        "predicted",
+        "confidence",
+        "config_pbtxt",
+        "config_json",
+    } <= set(rec)
     assert {"field": "dynamic_batching", "from": False, "to": True} in rec["changes"]
 
     with background_load(server, concurrency=16, seconds=12):
-        out = cli("apply", "--triton", server.http_url, "--metrics-url", server.metrics_url,
-                  "--model", "m", "--db", db, "--yes",
-                  "--verify-s", "4")
+        out = cli(
+            "apply",
+            "--triton",
+            server.http_url,
+            "--metrics-url",
+            server.metrics_url,
+            "--model",
+            "m",
+            "--db",
+            db,
+            "--yes",
+            "--verify-s",
+            "4",
+        )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().splitlines()[-1].startswith("kept:")
     assert "dynamic_batching" in server.get_json("/v2/models/m/config")
@@ -113,17 +159,33 @@ def test_recommend_then_apply_keeps_a_good_change(triton_factory: Callable[..., 
 
 
 def test_apply_rolls_back_a_change_that_breaks_latency(
-        triton_factory: Callable[..., TritonServer], tmp_path: Path) -> None:
+    triton_factory: Callable[..., TritonServer], tmp_path: Path
+) -> None:
     server = triton_factory([MODEL], extra_args=["--metrics-config", "summary_latencies=true"])
     db = f"sqlite:///{tmp_path}/b.db"
     # At two clients, waiting up to 100 ms for a batch of 32 only adds latency.
-    harmful = replace(BatcherConfig(max_batch_size=32), dynamic_batching=True,
-                      preferred_batch_sizes=(32,), max_queue_delay_us=100_000)
+    harmful = replace(
+        BatcherConfig(max_batch_size=32),
+        dynamic_batching=True,
+        preferred_batch_sizes=(32,),
+        max_queue_delay_us=100_000,
+    )
     stored_recommendation(db, server, harmful)
     with background_load(server, concurrency=2, seconds=12):
-        out = cli("apply", "--triton", server.http_url, "--metrics-url", server.metrics_url,
-                  "--model", "m", "--db", db, "--yes",
-                  "--verify-s", "4")
+        out = cli(
+            "apply",
+            "--triton",
+            server.http_url,
+            "--metrics-url",
+            server.metrics_url,
+            "--model",
+            "m",
+            "--db",
+            db,
+            "--yes",
+            "--verify-s",
+            "4",
+        )
     assert out.returncode == 4, out.stdout + out.stderr
     assert "rolled back" in out.stdout
     assert "dynamic_batching" not in server.get_json("/v2/models/m/config")
@@ -138,15 +200,28 @@ def test_apply_rolls_back_a_change_that_breaks_latency(
 
 
 def test_apply_refuses_without_explicit_model_control(
-        triton_factory: Callable[..., TritonServer], tmp_path: Path) -> None:
+    triton_factory: Callable[..., TritonServer], tmp_path: Path
+) -> None:
     server = triton_factory([MODEL], explicit_model_control=False)
     db = f"sqlite:///{tmp_path}/c.db"
-    stored_recommendation(db, server, replace(BatcherConfig(max_batch_size=32),
-                                              dynamic_batching=True))
+    stored_recommendation(
+        db, server, replace(BatcherConfig(max_batch_size=32), dynamic_batching=True)
+    )
     with background_load(server, concurrency=4, seconds=3):
-        out = cli("apply", "--triton", server.http_url, "--metrics-url", server.metrics_url,
-                  "--model", "m", "--db", db, "--yes",
-                  "--verify-s", "1")
+        out = cli(
+            "apply",
+            "--triton",
+            server.http_url,
+            "--metrics-url",
+            server.metrics_url,
+            "--model",
+            "m",
+            "--db",
+            db,
+            "--yes",
+            "--verify-s",
+            "1",
+        )
     assert out.returncode == 3
     assert "--model-control-mode=explicit" in out.stderr
     assert "does not allow live config changes" in out.stderr
@@ -180,8 +255,13 @@ def test_apply_to_an_unreachable_server_says_so_without_a_traceback(tmp_path: Pa
     db = f"sqlite:///{tmp_path}/d.db"
     store = Store(db)
     try:
-        store.add_recommendation(hand_made(target_from_url(url).name, replace(
-            BatcherConfig(max_batch_size=32), dynamic_batching=True), {"name": MODEL.name}))
+        store.add_recommendation(
+            hand_made(
+                target_from_url(url).name,
+                replace(BatcherConfig(max_batch_size=32), dynamic_batching=True),
+                {"name": MODEL.name},
+            )
+        )
     finally:
         store.close()
     out = cli("apply", "--triton", url, "--model", "m", "--db", db, "--yes", "--verify-s", "1")

@@ -62,8 +62,9 @@ IMPORT_EVERYTHING = textwrap.dedent(f"""
 
 
 def run(*args: str | Path, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
-                         timeout=timeout)
+    out = subprocess.run(
+        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
     assert out.returncode == 0, f"{args}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     return out
 
@@ -74,15 +75,26 @@ def test_a_no_extras_install_imports_every_module_and_runs_the_cli(tmp_path: Pat
     for name in SOURCES:
         path = ROOT / name
         if path.is_dir():
-            shutil.copytree(path, source / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            shutil.copytree(
+                path, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+            )
         else:
             shutil.copy2(path, source / name)
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path, timeout=120)
     python, bin_dir = venv / "bin" / "python", venv / "bin"
-    run(python, "-m", "pip", "install", "-q", "-c", ROOT / "requirements.lock", source,
-        cwd=tmp_path, timeout=900)
+    run(
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "-c",
+        ROOT / "requirements.lock",
+        source,
+        cwd=tmp_path,
+        timeout=900,
+    )
 
     # -I: isolated, so neither this checkout nor the test's environment is on the path.
     script = tmp_path / "import_everything.py"
@@ -96,6 +108,12 @@ def test_a_no_extras_install_imports_every_module_and_runs_the_cli(tmp_path: Pat
     serve_help = run(bin_dir / "batchscope", "serve", "--help", cwd=tmp_path, timeout=60).stdout
     assert "--triton" in serve_help and "--port" in serve_help
     # A command that opens a store: the schema's migrations ship with the package.
-    status = run(bin_dir / "batchscope", "status", "--db", f"sqlite:///{tmp_path}/s.db",
-                 cwd=tmp_path, timeout=120).stdout
+    status = run(
+        bin_dir / "batchscope",
+        "status",
+        "--db",
+        f"sqlite:///{tmp_path}/s.db",
+        cwd=tmp_path,
+        timeout=120,
+    ).stdout
     assert "no model samples yet" in status

@@ -37,14 +37,16 @@ def _load_bench() -> ModuleType:
 
 
 def test_quick_bench_case_a(
-    triton_factory: Callable[..., TritonServer], tmp_path: Path,
+    triton_factory: Callable[..., TritonServer],
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     bench = _load_bench()
     out = tmp_path / "recommend.json"
     # The conftest factory starts the server, so its leak checks cover the bench's too.
-    report = bench.main(["--quick", "--cases", "a", "--json", str(out)],
-                        server_factory=triton_factory)
+    report = bench.main(
+        ["--quick", "--cases", "a", "--json", str(out)], server_factory=triton_factory
+    )
     printed = capsys.readouterr().out
     assert "Targets:" in printed, printed
     assert json.loads(out.read_text())["rows"], "the JSON dump has no rows"
@@ -53,8 +55,10 @@ def test_quick_bench_case_a(
     detail = f"\n{printed}\nrounds: {row.rounds}"
     assert row.recommended is not None and row.recommended.errors == 0, detail
     assert row.recommended.qps >= 0.95 * row.baseline.qps, (
-        f"recommended {row.recommended_config} is worse than the baseline:{detail}")
+        f"recommended {row.recommended_config} is worse than the baseline:{detail}"
+    )
     assert row.sweep_best is not None, f"no sweep config met the objective:{detail}"
     assert row.ratio is not None and row.ratio >= 0.90, (
         f"recommended {row.recommended_config} reaches {row.ratio:.2f} of sweep-best "
-        f"{row.sweep_best_config}:{detail}")
+        f"{row.sweep_best_config}:{detail}"
+    )

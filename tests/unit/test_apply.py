@@ -33,9 +33,14 @@ DEFAULTS = ApplySettings()
 
 
 def window(qps: float, p95_ms: float | None, mean_ms: float | None = None) -> WindowFigures:
-    rates = ModelRates(window_s=30.0, requests_per_s=qps, inferences_per_s=qps,
-                       executions_per_s=qps, fail_per_s=0.0,
-                       request_us_per_request=None if mean_ms is None else mean_ms * 1000)
+    rates = ModelRates(
+        window_s=30.0,
+        requests_per_s=qps,
+        inferences_per_s=qps,
+        executions_per_s=qps,
+        fail_per_s=0.0,
+        request_us_per_request=None if mean_ms is None else mean_ms * 1000,
+    )
     return WindowFigures(rates=rates, p95_ms=p95_ms)
 
 
@@ -51,15 +56,15 @@ def test_verdict_rolls_back_on_throughput_below_the_ratio() -> None:
     assert judged.reasons == ("throughput fell from 100 to 94 QPS",)
     assert judged.summary.startswith("rolled back: throughput fell")
     # A looser threshold keeps the same windows.
-    assert verdict(window(100, 10.0), window(94, 9.0), None,
-                   ApplySettings(min_qps_ratio=0.9)).keep
+    assert verdict(window(100, 10.0), window(94, 9.0), None, ApplySettings(min_qps_ratio=0.9)).keep
 
 
 def test_verdict_without_an_objective_bounds_p95_growth() -> None:
     judged = verdict(window(100, 10.0), window(100, 11.5), None, DEFAULTS)
     assert judged.reasons == ("p95 rose from 10.0 to 11.5 ms (> 10 %)",)
-    assert verdict(window(100, 10.0), window(100, 11.5), None,
-                   ApplySettings(max_p95_ratio=1.2)).keep
+    assert verdict(
+        window(100, 10.0), window(100, 11.5), None, ApplySettings(max_p95_ratio=1.2)
+    ).keep
 
 
 def test_verdict_with_an_objective_judges_p95_against_it_only() -> None:
@@ -69,8 +74,7 @@ def test_verdict_with_an_objective_judges_p95_against_it_only() -> None:
 
 
 def test_verdict_uses_the_mean_when_triton_has_no_summary() -> None:
-    judged = verdict(window(100, None, mean_ms=5.0), window(100, None, mean_ms=6.0), None,
-                     DEFAULTS)
+    judged = verdict(window(100, None, mean_ms=5.0), window(100, None, mean_ms=6.0), None, DEFAULTS)
     assert judged.reasons == ("mean request time rose from 5.0 to 6.0 ms (> 10 %)",)
 
 
@@ -87,8 +91,7 @@ def http() -> Iterator[requests.Session]:
         yield session
 
 
-def test_an_unreachable_server_is_not_called_closed_to_live_changes(
-        http: requests.Session) -> None:
+def test_an_unreachable_server_is_not_called_closed_to_live_changes(http: requests.Session) -> None:
     url = f"http://127.0.0.1:{closed_port()}"
     with pytest.raises(TargetUnreachable, match="could not reach") as err:
         check_live_changes(http, url)
@@ -103,8 +106,9 @@ def polling_triton() -> Iterator[str]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            body = json.dumps({"error": "explicit model load / unload is not allowed if "
-                                        "polling is enabled"}).encode()
+            body = json.dumps(
+                {"error": "explicit model load / unload is not allowed if polling is enabled"}
+            ).encode()
             self.send_response(400)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -124,7 +128,8 @@ def polling_triton() -> Iterator[str]:
 
 
 def test_a_server_without_explicit_model_control_refuses_live_changes(
-        http: requests.Session, polling_triton: str) -> None:
+    http: requests.Session, polling_triton: str
+) -> None:
     with pytest.raises(LiveChangesRefused, match="--model-control-mode=explicit"):
         check_live_changes(http, polling_triton)
 
@@ -136,11 +141,20 @@ def recommendation(slo_p95_ms: float | None = None) -> Recommendation:
     current = BatcherConfig(max_batch_size=8)
     proposed = replace(current, dynamic_batching=True)
     return Recommendation(
-        target="t", model="m", created_at=0.0, kind="probe",
-        changes=(ConfigChange("dynamic_batching", False, True),), current_config=current,
-        proposed_config=proposed, current=Prediction(qps=100.0, p95_ms=10.0),
-        predicted=Prediction(qps=150.0, p95_ms=9.0), confidence=0.5, reason="test",
-        slo_p95_ms=slo_p95_ms, config_json=json.dumps({"name": "m", "dynamic_batching": {}}))
+        target="t",
+        model="m",
+        created_at=0.0,
+        kind="probe",
+        changes=(ConfigChange("dynamic_batching", False, True),),
+        current_config=current,
+        proposed_config=proposed,
+        current=Prediction(qps=100.0, p95_ms=10.0),
+        predicted=Prediction(qps=150.0, p95_ms=9.0),
+        confidence=0.5,
+        reason="test",
+        slo_p95_ms=slo_p95_ms,
+        config_json=json.dumps({"name": "m", "dynamic_batching": {}}),
+    )
 
 
 class FakeStore:
@@ -153,8 +167,9 @@ class FakeStore:
         self.added.append(rec)
         return 41 + len(self.added)
 
-    def record_recommendation_outcome(self, rec_id: int, *, outcome: str, at: float,
-                                      verification: dict[str, Any] | None) -> None:
+    def record_recommendation_outcome(
+        self, rec_id: int, *, outcome: str, at: float, verification: dict[str, Any] | None
+    ) -> None:
         self.outcomes.append((rec_id, outcome, verification))
 
     def add_finding(self, **finding: Any) -> int:
@@ -179,15 +194,24 @@ class FakeTriton(requests.Session):
         assert str(url).endswith("/v2/models/m/config")
         return self._answer(200, {"name": "m"})
 
-    def post(self, url: str | bytes, data: Any = None, json: Any = None,  # type: ignore[override]
-             **_kwargs: Any) -> requests.Response:
+    def post(
+        self,
+        url: str | bytes,
+        data: Any = None,
+        json: Any = None,  # type: ignore[override]
+        **_kwargs: Any,
+    ) -> requests.Response:
         assert str(url).endswith("/v2/repository/models/m/load")
         self.loaded.append(json["parameters"]["config"])
         return self._answer(200, {})
 
 
-def run_flow(monkeypatch: pytest.MonkeyPatch, windows: list[WindowFigures | None],
-             rec: Recommendation, **kwargs: Any) -> tuple[FakeStore, FakeTriton, Any]:
+def run_flow(
+    monkeypatch: pytest.MonkeyPatch,
+    windows: list[WindowFigures | None],
+    rec: Recommendation,
+    **kwargs: Any,
+) -> tuple[FakeStore, FakeTriton, Any]:
     """``windows``: what the before and after measurements give; None: stopped."""
     measured = iter(windows)
 
@@ -199,15 +223,22 @@ def run_flow(monkeypatch: pytest.MonkeyPatch, windows: list[WindowFigures | None
 
     monkeypatch.setattr(apply_module, "measure_window", fake_window)
     store, http = FakeStore(), FakeTriton()
-    result = apply_recommendation(target_from_url("http://t:8000"), rec, store=store,  # type: ignore[arg-type]
-                                  http=http, clock=lambda: 1000.0, wait=lambda _s: False,
-                                  **kwargs)
+    result = apply_recommendation(
+        target_from_url("http://t:8000"),
+        rec,
+        store=store,  # type: ignore[arg-type]
+        http=http,
+        clock=lambda: 1000.0,
+        wait=lambda _s: False,
+        **kwargs,
+    )
     return store, http, result
 
 
 def test_a_kept_change_is_recorded_applied_then_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    store, http, result = run_flow(monkeypatch, [window(100, 10.0), window(140, 9.0)],
-                                   recommendation(), recommendation_id=7)
+    store, http, result = run_flow(
+        monkeypatch, [window(100, 10.0), window(140, 9.0)], recommendation(), recommendation_id=7
+    )
     assert result.verdict.keep and result.recommendation_id == 7
     assert len(http.loaded) == 1 and json.loads(http.loaded[0])["dynamic_batching"] == {}
     assert [(i, o) for i, o, _ in store.outcomes] == [(7, "applied"), (7, "kept")]
@@ -220,7 +251,8 @@ def test_a_kept_change_is_recorded_applied_then_kept(monkeypatch: pytest.MonkeyP
 
 
 def test_a_regression_is_rolled_back_and_an_unstored_recommendation_stored_first(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     rec = recommendation(slo_p95_ms=20.0)
     store, http, result = run_flow(monkeypatch, [window(100, 10.0), window(100, 25.0)], rec)
     assert result.rolled_back
@@ -231,8 +263,9 @@ def test_a_regression_is_rolled_back_and_an_unstored_recommendation_stored_first
 
 
 def test_stopped_while_verifying_rolls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    store, http, result = run_flow(monkeypatch, [window(100, 10.0), None], recommendation(),
-                                   recommendation_id=3)
+    store, http, result = run_flow(
+        monkeypatch, [window(100, 10.0), None], recommendation(), recommendation_id=3
+    )
     assert result.rolled_back and result.after is None
     assert result.verdict.summary == "rolled back: stopped before the change was verified"
     assert len(http.loaded) == 2

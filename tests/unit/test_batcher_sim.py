@@ -49,8 +49,9 @@ def test_md1_mean_wait() -> None:
 
 def test_mm1_mean_latency() -> None:
     # M/M/1: T = 1 / (μ − λ). μ = 1/ms, λ = 0.5/ms -> 2 ms.
-    r = simulate(OFF, ServiceModel(lambda b: 1.0, cv=1.0), OpenLoad(500.0),
-                 requests=100_000, seed=4)
+    r = simulate(
+        OFF, ServiceModel(lambda b: 1.0, cv=1.0), OpenLoad(500.0), requests=100_000, seed=4
+    )
     assert r.mean_latency_ms == pytest.approx(2.0, rel=0.04)
     # The sojourn time of M/M/1 is exponential with mean 2 ms: p50 = 2 ln 2.
     assert r.p50_ms == pytest.approx(2.0 * 0.6931, rel=0.05)
@@ -191,8 +192,9 @@ def test_closed_clients_retry_after_rejection() -> None:
     full = simulate(batching(2, max_queue_size=2), const(4.0), ClosedLoad(10), requests=4000)
     assert full.rejected_per_s > 0
     assert full.throughput_per_s == pytest.approx(2 / 4.0 * 1000.0, rel=0.02)
-    timed = simulate(batching(1, default_timeout_us=30_000), const(10.0), ClosedLoad(10),
-                     requests=4000)
+    timed = simulate(
+        batching(1, default_timeout_us=30_000), const(10.0), ClosedLoad(10), requests=4000
+    )
     assert timed.rejected_per_s > 0
     assert timed.p99_ms <= 40.0 + 1e-9
     assert timed.throughput_per_s == pytest.approx(100.0, rel=0.02)
@@ -200,11 +202,19 @@ def test_closed_clients_retry_after_rejection() -> None:
 
 def test_more_instances_raise_capacity() -> None:
     load = ClosedLoad(16)
-    by_count = [simulate(BatcherConfig(max_batch_size=8, instance_count=c), const(10.0),
-                         load, requests=4000).throughput_per_s for c in (1, 2, 4)]
+    by_count = [
+        simulate(
+            BatcherConfig(max_batch_size=8, instance_count=c), const(10.0), load, requests=4000
+        ).throughput_per_s
+        for c in (1, 2, 4)
+    ]
     assert by_count == pytest.approx([100.0, 200.0, 400.0], rel=0.01)
-    batched = [simulate(batching(8, instance_count=c), linear(), OpenLoad(5000.0),
-                        requests=10_000).throughput_per_s for c in (1, 2)]
+    batched = [
+        simulate(
+            batching(8, instance_count=c), linear(), OpenLoad(5000.0), requests=10_000
+        ).throughput_per_s
+        for c in (1, 2)
+    ]
     assert batched[1] > 1.5 * batched[0]
 
 
@@ -214,23 +224,25 @@ def test_cpu_contention_stretches_service() -> None:
     free = simulate(config, const(10.0), load, requests=4000)
     assert free.throughput_per_s == pytest.approx(400.0, rel=0.01)
     # Four CPU-bound executions on two cores: each takes twice as long.
-    tight = simulate(config, ServiceModel(lambda b: 10.0, cpu_fraction=1.0, cores=2.0),
-                     load, requests=4000)
+    tight = simulate(
+        config, ServiceModel(lambda b: 10.0, cpu_fraction=1.0, cores=2.0), load, requests=4000
+    )
     assert tight.throughput_per_s == pytest.approx(200.0, rel=0.01)
     # Half CPU on one core: demand 2 -> the CPU half doubles -> 1.5 × 10 ms.
-    half = simulate(config, ServiceModel(lambda b: 10.0, cpu_fraction=0.5, cores=1.0),
-                    load, requests=4000)
+    half = simulate(
+        config, ServiceModel(lambda b: 10.0, cpu_fraction=0.5, cores=1.0), load, requests=4000
+    )
     assert half.throughput_per_s == pytest.approx(400.0 / 1.5, rel=0.01)
     # Demand within the cores: no stretch.
-    fits = simulate(config, ServiceModel(lambda b: 10.0, cpu_fraction=0.5, cores=2.0),
-                    load, requests=4000)
+    fits = simulate(
+        config, ServiceModel(lambda b: 10.0, cpu_fraction=0.5, cores=2.0), load, requests=4000
+    )
     assert fits.throughput_per_s == pytest.approx(400.0, rel=0.01)
 
 
 def test_overhead_occupies_the_instance_but_not_the_latency() -> None:
     # One client, 10 ms execution, 5 ms overhead: the next request waits 5 ms.
-    r = simulate(OFF, ServiceModel(lambda b: 10.0, overhead_ms=5.0), ClosedLoad(1),
-                 requests=2000)
+    r = simulate(OFF, ServiceModel(lambda b: 10.0, overhead_ms=5.0), ClosedLoad(1), requests=2000)
     assert r.throughput_per_s == pytest.approx(1000.0 / 15.0, rel=0.005)
     assert r.mean_queue_ms == pytest.approx(5.0)
     assert r.busy_share == pytest.approx(10.0 / 15.0, rel=0.01)
@@ -247,8 +259,10 @@ def test_bursty_arrivals_wait_longer() -> None:
 
 def test_runs_on_a_fitted_service_model() -> None:
     # batch_stats of a model observed with batching off and on -> fit -> simulate.
-    stats = [BatchStat(batch_size=b, compute_infer=Duration(n, round(n * (2.0 + 0.5 * b) * 1e6)))
-             for b, n in ((1, 900), (4, 300), (8, 120))]
+    stats = [
+        BatchStat(batch_size=b, compute_infer=Duration(n, round(n * (2.0 + 0.5 * b) * 1e6)))
+        for b, n in ((1, 900), (4, 300), (8, 120))
+    ]
     fit = fit_service_time(stats)
     assert fit is not None
     service = ServiceModel(mean_ms=fit.mean_ms, cv=fit.residual_cv)
@@ -271,8 +285,9 @@ def test_deterministic_for_a_seed() -> None:
 
 
 def test_result_fields_are_consistent() -> None:
-    r = simulate(batching(16, max_queue_delay_us=1000), linear(cv=0.2), OpenLoad(1000.0),
-                 requests=5000)
+    r = simulate(
+        batching(16, max_queue_delay_us=1000), linear(cv=0.2), OpenLoad(1000.0), requests=5000
+    )
     assert isinstance(r, SimResult)
     assert r.completed == 4500
     assert r.p50_ms <= r.p95_ms <= r.p99_ms
@@ -297,29 +312,45 @@ def test_fast_enough_for_the_recommender() -> None:
     assert elapsed < 0.5  # generous for a loaded CI runner; the target is < 0.2 s
 
 
-@pytest.mark.parametrize(("config", "service", "load", "match"), [
-    (batching(4), const(1.0), OpenLoad(100.0, request_batch=8), "exceeds max_batch_size"),
-    (BatcherConfig(max_batch_size=0, dynamic_batching=True), const(1.0), OpenLoad(100.0),
-     "max_batch_size >= 1"),
-    (BatcherConfig(max_batch_size=0), const(1.0), OpenLoad(100.0, request_batch=2),
-     "request_batch 1"),
-    (OFF, const(1.0), OpenLoad(0.0), "rate_per_s"),
-    (OFF, const(1.0), OpenLoad(-5.0), "rate_per_s"),
-    (OFF, const(1.0), OpenLoad(100.0, dispersion=-1.0), "dispersion"),
-    (OFF, const(1.0), ClosedLoad(0), "clients"),
-    (OFF, const(1.0), ClosedLoad(2, think_ms=-1.0), "think_ms"),
-    (batching(8, preferred_batch_sizes=(16,)), const(1.0), OpenLoad(100.0), "preferred"),
-    (batching(8, timeout_action="DROP"), const(1.0), OpenLoad(100.0), "timeout_action"),
-    (BatcherConfig(max_batch_size=8, instance_count=0), const(1.0), OpenLoad(100.0),
-     "instance_count"),
-    (OFF, ServiceModel(lambda b: 1.0, cv=-0.1), OpenLoad(100.0), "cv"),
-    (OFF, ServiceModel(lambda b: 1.0, cpu_fraction=2.0), OpenLoad(100.0), "cpu_fraction"),
-    (OFF, ServiceModel(lambda b: 1.0, cores=0.0), OpenLoad(100.0), "cores"),
-    (OFF, ServiceModel(lambda b: -1.0), OpenLoad(100.0), "mean_ms"),
-    (OFF, ServiceModel(lambda b: 0.0), OpenLoad(100.0), "overhead_ms"),
-])
-def test_invalid_inputs_raise(config: BatcherConfig, service: ServiceModel,
-                              load: OpenLoad | ClosedLoad, match: str) -> None:
+@pytest.mark.parametrize(
+    ("config", "service", "load", "match"),
+    [
+        (batching(4), const(1.0), OpenLoad(100.0, request_batch=8), "exceeds max_batch_size"),
+        (
+            BatcherConfig(max_batch_size=0, dynamic_batching=True),
+            const(1.0),
+            OpenLoad(100.0),
+            "max_batch_size >= 1",
+        ),
+        (
+            BatcherConfig(max_batch_size=0),
+            const(1.0),
+            OpenLoad(100.0, request_batch=2),
+            "request_batch 1",
+        ),
+        (OFF, const(1.0), OpenLoad(0.0), "rate_per_s"),
+        (OFF, const(1.0), OpenLoad(-5.0), "rate_per_s"),
+        (OFF, const(1.0), OpenLoad(100.0, dispersion=-1.0), "dispersion"),
+        (OFF, const(1.0), ClosedLoad(0), "clients"),
+        (OFF, const(1.0), ClosedLoad(2, think_ms=-1.0), "think_ms"),
+        (batching(8, preferred_batch_sizes=(16,)), const(1.0), OpenLoad(100.0), "preferred"),
+        (batching(8, timeout_action="DROP"), const(1.0), OpenLoad(100.0), "timeout_action"),
+        (
+            BatcherConfig(max_batch_size=8, instance_count=0),
+            const(1.0),
+            OpenLoad(100.0),
+            "instance_count",
+        ),
+        (OFF, ServiceModel(lambda b: 1.0, cv=-0.1), OpenLoad(100.0), "cv"),
+        (OFF, ServiceModel(lambda b: 1.0, cpu_fraction=2.0), OpenLoad(100.0), "cpu_fraction"),
+        (OFF, ServiceModel(lambda b: 1.0, cores=0.0), OpenLoad(100.0), "cores"),
+        (OFF, ServiceModel(lambda b: -1.0), OpenLoad(100.0), "mean_ms"),
+        (OFF, ServiceModel(lambda b: 0.0), OpenLoad(100.0), "overhead_ms"),
+    ],
+)
+def test_invalid_inputs_raise(
+    config: BatcherConfig, service: ServiceModel, load: OpenLoad | ClosedLoad, match: str
+) -> None:
     with pytest.raises(ValueError, match=match):
         simulate(config, service, load, requests=100)
 
@@ -356,12 +387,21 @@ def test_staggered_returns_split_batches_without_a_delay() -> None:
     # the batches stay whole; when they trickle back 0.5 ms apart, a free instance
     # takes the first one alone, and a 4 ms delay gathers them again.
     svc = linear(8.0, 0.3)
-    together = simulate(batching(32, instance_count=2), svc,
-                        ClosedLoad(8, think_ms=1.0), requests=8000)
-    trickle = simulate(batching(32, instance_count=2), svc,
-                       ClosedLoad(8, think_ms=0.5, client_ms=0.5), requests=8000)
-    waited = simulate(batching(32, instance_count=2, max_queue_delay_us=4000), svc,
-                      ClosedLoad(8, think_ms=0.5, client_ms=0.5), requests=8000)
+    together = simulate(
+        batching(32, instance_count=2), svc, ClosedLoad(8, think_ms=1.0), requests=8000
+    )
+    trickle = simulate(
+        batching(32, instance_count=2),
+        svc,
+        ClosedLoad(8, think_ms=0.5, client_ms=0.5),
+        requests=8000,
+    )
+    waited = simulate(
+        batching(32, instance_count=2, max_queue_delay_us=4000),
+        svc,
+        ClosedLoad(8, think_ms=0.5, client_ms=0.5),
+        requests=8000,
+    )
     assert trickle.avg_batch_size < together.avg_batch_size * 0.7
     assert waited.avg_batch_size > trickle.avg_batch_size * 1.3
     # Batches of one hold an instance for 8 ms each: waiting for the group is faster.
@@ -371,8 +411,7 @@ def test_staggered_returns_split_batches_without_a_delay() -> None:
 
 def test_think_spread_widens_the_client_side_tail() -> None:
     steady = simulate(OFF, const(2.0), ClosedLoad(1, think_ms=4.0), requests=4000)
-    spread = simulate(OFF, const(2.0), ClosedLoad(1, think_ms=4.0, think_cv=0.5),
-                      requests=4000)
+    spread = simulate(OFF, const(2.0), ClosedLoad(1, think_ms=4.0, think_cv=0.5), requests=4000)
     assert steady.client_p95_ms == pytest.approx(6.0)
     assert spread.client_p95_ms > 7.0
     # The mean cycle is unchanged by the spread.
@@ -386,13 +425,19 @@ def test_with_straggling_clients_a_longer_delay_fills_batches() -> None:
     service = linear(intercept=8.0, slope=0.3)
 
     def run(delay_us: int, cv: float):  # type: ignore[no-untyped-def]
-        config = batching(max_batch_size=32, preferred_batch_sizes=(4,),
-                          max_queue_delay_us=delay_us, instance_count=2)
-        return simulate(config, service, ClosedLoad(8, think_ms=2.0, think_cv=cv),
-                        requests=8000, seed=3)
+        config = batching(
+            max_batch_size=32,
+            preferred_batch_sizes=(4,),
+            max_queue_delay_us=delay_us,
+            instance_count=2,
+        )
+        return simulate(
+            config, service, ClosedLoad(8, think_ms=2.0, think_cv=cv), requests=8000, seed=3
+        )
 
     assert run(1000, 0.0).throughput_per_s == pytest.approx(
-        run(5000, 0.0).throughput_per_s, rel=0.01)
+        run(5000, 0.0).throughput_per_s, rel=0.01
+    )
     short, long = run(1000, 0.3), run(5000, 0.3)
     assert long.avg_batch_size > short.avg_batch_size * 1.05
     assert long.throughput_per_s > short.throughput_per_s * 1.03

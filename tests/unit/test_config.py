@@ -34,9 +34,14 @@ def test_file_then_env_then_cli(tmp_path: Path) -> None:
     cfg.write_text(
         "targets:\n  - url: http://a:8000\n    name: a\n"
         "interval_s: 2\ntimeout_s: 1\nsources: [triton, host]\n"
-        "retention: {raw_keep_s: 3600}\nslo_p95_ms: {resnet: 40}\n")
-    s = load_settings(config_file=cfg, env={"BATCHSCOPE_INTERVAL_S": "3"},
-                      overrides={"db_url": "sqlite:///x.db"}, known_sources=KNOWN)
+        "retention: {raw_keep_s: 3600}\nslo_p95_ms: {resnet: 40}\n"
+    )
+    s = load_settings(
+        config_file=cfg,
+        env={"BATCHSCOPE_INTERVAL_S": "3"},
+        overrides={"db_url": "sqlite:///x.db"},
+        known_sources=KNOWN,
+    )
     assert [t.name for t in s.targets] == ["a"]
     assert s.interval_s == 3.0  # env beats the file
     assert s.timeout_s == 1.0
@@ -44,25 +49,33 @@ def test_file_then_env_then_cli(tmp_path: Path) -> None:
     assert s.sources == ("triton", "host")
     assert s.retention.raw_keep_s == 3600.0
     assert s.slo_p95_ms == {"resnet": 40.0}
-    s2 = load_settings(config_file=cfg, env={"BATCHSCOPE_TRITON": "http://b:8000,http://c:9000"},
-                       known_sources=KNOWN)
+    s2 = load_settings(
+        config_file=cfg,
+        env={"BATCHSCOPE_TRITON": "http://b:8000,http://c:9000"},
+        known_sources=KNOWN,
+    )
     assert [t.url for t in s2.targets] == ["http://b:8000", "http://c:9000"]
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"env": {"BATCHSCOPE_INTERVAL_S": "abc"}}, "interval_s"),
-    ({"overrides": {"interval_s": 0}}, "interval_s"),
-    ({"overrides": {"timeout_s": -1}}, "timeout_s"),
-    ({"overrides": {"max_response_bytes": "12.5"}}, "max_response_bytes"),
-    ({"overrides": {"db_url": "not a url"}}, "db_url"),
-    ({"overrides": {"triton": ["ftp://x:1"]}}, "triton"),
-    ({"overrides": {"triton": ["http://x:notaport"]}}, "triton"),
-    ({"overrides": {"sources": ["triton", "gpu"]}}, "sources"),
-    ({"overrides": {"metrics_url": ["http://x:8002"]}}, "metrics_url"),
-    ({"overrides": {"triton": ["http://a:1", "http://b:1"], "metrics_url": ["http://a:2"]}},
-     "metrics_url"),
-    ({"env": {"BATCHSCOPE_RETENTION_RAW_KEEP_S": "-5"}}, "retention.raw_keep_s"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"env": {"BATCHSCOPE_INTERVAL_S": "abc"}}, "interval_s"),
+        ({"overrides": {"interval_s": 0}}, "interval_s"),
+        ({"overrides": {"timeout_s": -1}}, "timeout_s"),
+        ({"overrides": {"max_response_bytes": "12.5"}}, "max_response_bytes"),
+        ({"overrides": {"db_url": "not a url"}}, "db_url"),
+        ({"overrides": {"triton": ["ftp://x:1"]}}, "triton"),
+        ({"overrides": {"triton": ["http://x:notaport"]}}, "triton"),
+        ({"overrides": {"sources": ["triton", "gpu"]}}, "sources"),
+        ({"overrides": {"metrics_url": ["http://x:8002"]}}, "metrics_url"),
+        (
+            {"overrides": {"triton": ["http://a:1", "http://b:1"], "metrics_url": ["http://a:2"]}},
+            "metrics_url",
+        ),
+        ({"env": {"BATCHSCOPE_RETENTION_RAW_KEEP_S": "-5"}}, "retention.raw_keep_s"),
+    ],
+)
 def test_invalid_settings_name_the_field(kwargs: dict, field: str) -> None:
     kwargs.setdefault("env", {})
     with pytest.raises(ConfigError) as err:
@@ -71,17 +84,20 @@ def test_invalid_settings_name_the_field(kwargs: dict, field: str) -> None:
     assert field in str(err.value)
 
 
-@pytest.mark.parametrize(("text", "field"), [
-    ("targets:\n  - name: a\n", "targets[0].url"),
-    ("targets:\n  - url: http://a:1\n    colour: red\n", "targets[0].colour"),
-    ("intervall_s: 3\n", "intervall_s"),
-    ("retention: {keep: 3}\n", "retention.keep"),
-    ("slo_p95_ms: {resnet: fast}\n", "slo_p95_ms.resnet"),
-    ("slo_p95_ms: 40\n", "slo_p95_ms"),
-    ("targets: [http://a:1, http://a:1]\n", "targets"),
-    ("- just\n- a list\n", "config"),
-    ("interval_s: [unclosed\n", "config"),
-])
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("targets:\n  - name: a\n", "targets[0].url"),
+        ("targets:\n  - url: http://a:1\n    colour: red\n", "targets[0].colour"),
+        ("intervall_s: 3\n", "intervall_s"),
+        ("retention: {keep: 3}\n", "retention.keep"),
+        ("slo_p95_ms: {resnet: fast}\n", "slo_p95_ms.resnet"),
+        ("slo_p95_ms: 40\n", "slo_p95_ms"),
+        ("targets: [http://a:1, http://a:1]\n", "targets"),
+        ("- just\n- a list\n", "config"),
+        ("interval_s: [unclosed\n", "config"),
+    ],
+)
 def test_invalid_file_names_the_field(tmp_path: Path, text: str, field: str) -> None:
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)
@@ -111,8 +127,7 @@ def test_detector_thresholds_from_the_file_are_validated(tmp_path: Path) -> None
     assert err.value.field == "analysis.sustain"
 
 
-def test_apply_settings_layer_key_by_key_and_the_ui_may_use_its_own_windows(
-        tmp_path: Path) -> None:
+def test_apply_settings_layer_key_by_key_and_the_ui_may_use_its_own_windows(tmp_path: Path) -> None:
     cfg = tmp_path / "apply.yaml"
     cfg.write_text("apply: {before_s: 20, min_qps_ratio: 0.9}\nui: {apply_verify_s: 5}\n")
     s = load_settings(config_file=cfg, env={"BATCHSCOPE_APPLY_AFTER_S": "10"})
@@ -122,14 +137,17 @@ def test_apply_settings_layer_key_by_key_and_the_ui_may_use_its_own_windows(
     assert load_settings(env={}).ui_apply == load_settings(env={}).apply
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"overrides": {"apply": {"min_qps_ratio": 1.5}}}, "apply.min_qps_ratio"),
-    ({"overrides": {"apply": {"max_p95_ratio": 0.9}}}, "apply.max_p95_ratio"),
-    ({"env": {"BATCHSCOPE_APPLY_BEFORE_S": "0"}}, "apply.before_s"),
-    ({"overrides": {"interval_s": True}}, "interval_s"),
-    ({"env": {"BATCHSCOPE_SLO_P95_MS": "{not json"}}, "slo_p95_ms"),
-    ({"overrides": {"analysis": {"sustain": 0}}}, "analysis.sustain"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"overrides": {"apply": {"min_qps_ratio": 1.5}}}, "apply.min_qps_ratio"),
+        ({"overrides": {"apply": {"max_p95_ratio": 0.9}}}, "apply.max_p95_ratio"),
+        ({"env": {"BATCHSCOPE_APPLY_BEFORE_S": "0"}}, "apply.before_s"),
+        ({"overrides": {"interval_s": True}}, "interval_s"),
+        ({"env": {"BATCHSCOPE_SLO_P95_MS": "{not json"}}, "slo_p95_ms"),
+        ({"overrides": {"analysis": {"sustain": 0}}}, "analysis.sustain"),
+    ],
+)
 def test_every_setting_is_validated_at_start(kwargs: dict, field: str) -> None:
     kwargs.setdefault("env", {})
     with pytest.raises(ConfigError) as err:
@@ -139,8 +157,9 @@ def test_every_setting_is_validated_at_start(kwargs: dict, field: str) -> None:
 
 def test_a_secret_is_never_echoed_in_an_error() -> None:
     with pytest.raises(ConfigError) as err:
-        load_settings(env={}, overrides={"ui": {"admin_password": "hunter2",
-                                                "viewer_password": "hunter2"}})
+        load_settings(
+            env={}, overrides={"ui": {"admin_password": "hunter2", "viewer_password": "hunter2"}}
+        )
     assert err.value.field == "ui.viewer_password" and "hunter2" not in str(err.value)
 
 

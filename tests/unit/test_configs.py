@@ -16,9 +16,13 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "triton"
 def test_config_with_keeps_everything_else_and_sets_batching() -> None:
     raw = (FIXTURES / "config_no_batching.json").read_text()
     base = json.loads(raw)
-    proposed = BatcherConfig(max_batch_size=base["max_batch_size"], dynamic_batching=True,
-                             preferred_batch_sizes=(8, 16), max_queue_delay_us=500,
-                             instance_count=2)
+    proposed = BatcherConfig(
+        max_batch_size=base["max_batch_size"],
+        dynamic_batching=True,
+        preferred_batch_sizes=(8, 16),
+        max_queue_delay_us=500,
+        instance_count=2,
+    )
     doc = config_with(raw, proposed)
     assert doc["dynamic_batching"]["preferred_batch_size"] == [8, 16]
     assert doc["dynamic_batching"]["max_queue_delay_microseconds"] == 500
@@ -40,8 +44,13 @@ def test_config_with_turns_batching_off() -> None:
 
 def test_changes_and_pbtxt() -> None:
     cur = BatcherConfig(max_batch_size=32)
-    new = BatcherConfig(max_batch_size=32, dynamic_batching=True, preferred_batch_sizes=(16,),
-                        max_queue_delay_us=1000, instance_count=2)
+    new = BatcherConfig(
+        max_batch_size=32,
+        dynamic_batching=True,
+        preferred_batch_sizes=(16,),
+        max_queue_delay_us=1000,
+        instance_count=2,
+    )
     changes = config_changes(cur, new)
     assert changes == (
         ConfigChange("dynamic_batching", False, True),

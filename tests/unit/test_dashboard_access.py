@@ -72,10 +72,11 @@ def test_next_never_leaves_the_app(client) -> None:  # type: ignore[no-untyped-d
 
 
 def test_a_bearer_token_serves_scripts(client) -> None:  # type: ignore[no-untyped-def]
-    assert client.get("/_dash-layout",
-                      headers={"Authorization": f"Bearer {VIEWER_PW}"}).status_code == 200
-    assert client.get("/_dash-layout", headers={"Authorization": "Bearer nope"}).status_code \
-        == 401
+    assert (
+        client.get("/_dash-layout", headers={"Authorization": f"Bearer {VIEWER_PW}"}).status_code
+        == 200
+    )
+    assert client.get("/_dash-layout", headers={"Authorization": "Bearer nope"}).status_code == 401
 
 
 def test_without_a_password_the_bind_address_decides(store: Store) -> None:
@@ -91,8 +92,9 @@ def test_without_a_password_the_bind_address_decides(store: Store) -> None:
 
 
 def test_ui_settings_are_validated_and_read_from_the_environment() -> None:
-    settings = load_settings(env={"BATCHSCOPE_UI_ADMIN_PASSWORD": "x1",
-                                  "BATCHSCOPE_UI_APPLY_VERIFY_S": "5"})
+    settings = load_settings(
+        env={"BATCHSCOPE_UI_ADMIN_PASSWORD": "x1", "BATCHSCOPE_UI_APPLY_VERIFY_S": "5"}
+    )
     assert settings.ui.admin_password == "x1" and settings.ui.login_required
     assert settings.ui.apply_verify_s == 5.0
     assert "x1" not in repr(settings)

@@ -29,10 +29,16 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 
 def series(**overrides: object) -> ModelSeries:
     values: dict[str, object] = dict(
-        bucket_s=5.0, source="raw", t=[T0, T0 + 5, T0 + 10, T0 + 15],
-        requests_per_s=[100.0, 110.0, None, 90.0], avg_batch_size=[6.0, 6.5, None, 5.0],
-        queue_ms=[5.0, 6.0, None, 4.0], compute_ms=[15.0, 15.5, None, 14.0],
-        pending_request_count=[3.0, 2.0, None, 1.0], fail_per_s=[0.0, 0.5, None, 0.0])
+        bucket_s=5.0,
+        source="raw",
+        t=[T0, T0 + 5, T0 + 10, T0 + 15],
+        requests_per_s=[100.0, 110.0, None, 90.0],
+        avg_batch_size=[6.0, 6.5, None, 5.0],
+        queue_ms=[5.0, 6.0, None, 4.0],
+        compute_ms=[15.0, 15.5, None, 14.0],
+        pending_request_count=[3.0, 2.0, None, 1.0],
+        fail_per_s=[0.0, 0.5, None, 0.0],
+    )
     values.update(overrides)
     return ModelSeries(**values)  # type: ignore[arg-type]
 
@@ -64,12 +70,18 @@ def test_qps_figure_draws_the_series_with_gaps_and_utc_times() -> None:
 
 
 def test_every_time_series_figure_has_an_explicit_empty_state() -> None:
-    for build in (figures.qps_figure, figures.latency_figure, figures.failures_figure,
-                  figures.pending_figure):
+    for build in (
+        figures.qps_figure,
+        figures.latency_figure,
+        figures.failures_figure,
+        figures.pending_figure,
+    ):
         assert_empty(build(empty_series(), DARK), "")
     assert_empty(figures.batch_size_figure(empty_series(), DARK), "no samples in this range")
-    assert_empty(figures.pending_figure(series(pending_request_count=[None] * 4), DARK),
-                 "no pending-request gauge")
+    assert_empty(
+        figures.pending_figure(series(pending_request_count=[None] * 4), DARK),
+        "no pending-request gauge",
+    )
 
 
 def test_batch_size_figure_marks_preferred_sizes_and_the_maximum() -> None:
@@ -106,15 +118,27 @@ def test_distribution_figure_shows_shares_and_highlights_preferred_sizes() -> No
 
 
 def test_service_time_figure_draws_points_and_the_fitted_line() -> None:
-    view = ServiceTimeView(sizes=[4, 8], mean_ms=[6.0, 8.0], executions=[100, 400],
-                           intercept_ms=4.0, per_sample_ms=0.5, max_batch_size=32)
+    view = ServiceTimeView(
+        sizes=[4, 8],
+        mean_ms=[6.0, 8.0],
+        executions=[100, 400],
+        intercept_ms=4.0,
+        per_sample_ms=0.5,
+        max_batch_size=32,
+    )
     fig = figures.service_time_figure(view, DARK)
     points, line = fig.data
     assert list(points.x) == [4, 8] and list(points.y) == [6.0, 8.0]
     assert points.marker.size[1] > points.marker.size[0]  # more executions, bigger marker
     assert list(line.x) == [1, 32] and list(line.y) == pytest.approx([4.5, 20.0])
-    one = ServiceTimeView(sizes=[1], mean_ms=[4.5], executions=[50], intercept_ms=4.5,
-                          per_sample_ms=None, max_batch_size=32)
+    one = ServiceTimeView(
+        sizes=[1],
+        mean_ms=[4.5],
+        executions=[50],
+        intercept_ms=4.5,
+        per_sample_ms=None,
+        max_batch_size=32,
+    )
     fig = figures.service_time_figure(one, DARK)
     assert len(fig.data) == 1
     assert any("slope is not known" in t for t in annotation_texts(fig))
@@ -153,26 +177,65 @@ def test_utilisation_colours_run_from_idle_to_busy() -> None:
 # --------------------------------------------------------------------------- components
 
 
-def row(model: str, *, requests_per_s: float | None = 10.0, busy_share: float | None = 0.5,
-        dynamic_batching: bool = True, preferred: tuple[int, ...] = (8, 16),
-        findings: list[StoredFinding] | None = None) -> ModelRow:
+def row(
+    model: str,
+    *,
+    requests_per_s: float | None = 10.0,
+    busy_share: float | None = 0.5,
+    dynamic_batching: bool = True,
+    preferred: tuple[int, ...] = (8, 16),
+    findings: list[StoredFinding] | None = None,
+) -> ModelRow:
     """A model's row; ``requests_per_s=None``: no rates over the window."""
-    rates = None if requests_per_s is None else ModelRates(
-        window_s=60.0, requests_per_s=requests_per_s, inferences_per_s=2 * requests_per_s,
-        executions_per_s=requests_per_s, fail_per_s=0.0, avg_batch_size=2.0,
-        queue_share=0.5, busy_share=busy_share)
-    config = BatcherConfig(max_batch_size=32, dynamic_batching=dynamic_batching,
-                           preferred_batch_sizes=preferred, instance_count=1)
-    return ModelRow(status=ModelStatus(target="t", model=model, version="1", up=True,
-                                       last_sample_at=T0, rates=rates,
-                                       pending_request_count=1.0, config=config),
-                    findings=findings or [])
+    rates = (
+        None
+        if requests_per_s is None
+        else ModelRates(
+            window_s=60.0,
+            requests_per_s=requests_per_s,
+            inferences_per_s=2 * requests_per_s,
+            executions_per_s=requests_per_s,
+            fail_per_s=0.0,
+            avg_batch_size=2.0,
+            queue_share=0.5,
+            busy_share=busy_share,
+        )
+    )
+    config = BatcherConfig(
+        max_batch_size=32,
+        dynamic_batching=dynamic_batching,
+        preferred_batch_sizes=preferred,
+        instance_count=1,
+    )
+    return ModelRow(
+        status=ModelStatus(
+            target="t",
+            model=model,
+            version="1",
+            up=True,
+            last_sample_at=T0,
+            rates=rates,
+            pending_request_count=1.0,
+            config=config,
+        ),
+        findings=findings or [],
+    )
 
 
 def finding(kind: str, severity: str = "warning") -> StoredFinding:
-    return StoredFinding(id=1, kind=kind, severity=severity, target="t", subject="m",
-                         summary="s", window_start=T0, window_end=T0, evidence={},
-                         created_at=T0, resolved_at=None)
+    return StoredFinding(
+        id=1,
+        kind=kind,
+        severity=severity,
+        target="t",
+        subject="m",
+        summary="s",
+        window_start=T0,
+        window_end=T0,
+        evidence={},
+        created_at=T0,
+        resolved_at=None,
+    )
 
 
 def walk(component):  # type: ignore[no-untyped-def]
@@ -198,15 +261,17 @@ def test_rows_filter_and_sort() -> None:
     def models(rows: list[ModelRow]) -> list[str]:
         return [r.status.model for r in rows]
 
-    rows = [row("b", requests_per_s=5.0, busy_share=0.9),
-            row("a", requests_per_s=50.0, busy_share=None),
-            row("c", requests_per_s=0.0,
-                findings=[finding("batching_off"), finding("idle_capacity")])]
+    rows = [
+        row("b", requests_per_s=5.0, busy_share=0.9),
+        row("a", requests_per_s=50.0, busy_share=None),
+        row("c", requests_per_s=0.0, findings=[finding("batching_off"), finding("idle_capacity")]),
+    ]
     assert models(components.sort_rows(rows, "name")) == ["a", "b", "c"]
     assert models(components.sort_rows(rows, "requests_per_s")) == ["a", "b", "c"]
     # A row without rates sorts last.
-    assert models(components.sort_rows([row("d", requests_per_s=None), *rows],
-                                       "requests_per_s")) == ["a", "b", "c", "d"]
+    assert models(
+        components.sort_rows([row("d", requests_per_s=None), *rows], "requests_per_s")
+    ) == ["a", "b", "c", "d"]
     assert models(components.sort_rows(rows, "busy_share")) == ["c", "b", "a"]
     assert models(components.sort_rows(rows, "findings"))[0] == "c"
     assert models(components.filter_rows(rows, " B ")) == ["b"]
@@ -218,10 +283,23 @@ def test_empty_state_and_down_banner() -> None:
     empty = OverviewData(generated_at=T0, window_s=60)
     (state,) = components.empty_state(empty)
     assert components.EMPTY_TEXT in [getattr(c, "children", None) for c in walk(state)]
-    down = OverviewData(generated_at=T0 + 30, window_s=60, targets=[
-        TargetTile(state=TargetState(name="t", kind="triton", up=False,
-                                     last_error="connection refused", last_seen_at=T0,
-                                     consecutive_failures=3), models=0)])
+    down = OverviewData(
+        generated_at=T0 + 30,
+        window_s=60,
+        targets=[
+            TargetTile(
+                state=TargetState(
+                    name="t",
+                    kind="triton",
+                    up=False,
+                    last_error="connection refused",
+                    last_seen_at=T0,
+                    consecutive_failures=3,
+                ),
+                models=0,
+            )
+        ],
+    )
     (message,) = components.overview_messages(down)
     assert "target t is down: connection refused" in message and "30 s ago" in message
     failed = OverviewData(generated_at=T0, window_s=60, error="the store is unreachable: x")
@@ -232,8 +310,9 @@ def test_empty_state_and_down_banner() -> None:
 def test_batch_cell_says_what_the_average_is_measured_against() -> None:
     def cell_text(r: ModelRow) -> list[str]:
         table = components.models_table([r])
-        return [c.children for c in walk(table)
-                if isinstance(c, html.Span) and c.className == "against"]
+        return [
+            c.children for c in walk(table) if isinstance(c, html.Span) and c.className == "against"
+        ]
 
     assert cell_text(row("m")) == ["preferred 8, 16"]
     assert cell_text(row("m", dynamic_batching=False, preferred=())) == ["batching off"]
@@ -243,13 +322,21 @@ def test_batch_cell_says_what_the_average_is_measured_against() -> None:
 def test_what_if_figure_draws_qps_p95_objective_and_marks_the_choice() -> None:
     from dashboard.queries import WhatIfView
 
-    view = WhatIfView(target="t", model="<b>m</b>", preferred=[8, 16], instances=2,
-                      delays_us=[0, 1000, 5000],
-                      predicted=[Prediction(qps=500.0, p95_ms=20.0),
-                                 Prediction(qps=650.0, p95_ms=22.0),
-                                 Prediction(qps=700.0, p95_ms=31.0)],
-                      objective_p95_ms=25.0, objective="SLO p95 ≤ 25 ms",
-                      current=Prediction(qps=400.0, p95_ms=30.0))
+    view = WhatIfView(
+        target="t",
+        model="<b>m</b>",
+        preferred=[8, 16],
+        instances=2,
+        delays_us=[0, 1000, 5000],
+        predicted=[
+            Prediction(qps=500.0, p95_ms=20.0),
+            Prediction(qps=650.0, p95_ms=22.0),
+            Prediction(qps=700.0, p95_ms=31.0),
+        ],
+        objective_p95_ms=25.0,
+        objective="SLO p95 ≤ 25 ms",
+        current=Prediction(qps=400.0, p95_ms=30.0),
+    )
     fig = figures.what_if_figure(view, "dark", chosen_delay_us=1000)
     names = [t.name for t in fig.data]
     assert names[:2] == ["predicted QPS", "predicted p95"]
@@ -261,8 +348,10 @@ def test_what_if_figure_draws_qps_p95_objective_and_marks_the_choice() -> None:
     objective = next(t for t in fig.data if t.name.startswith("objective"))
     assert list(objective.y) == [25.0, 25.0] and objective.yaxis == "y2"
     assert "2 instance(s)" in fig.layout.title.text
-    failed = figures.what_if_figure(WhatIfView(target="t", model="m", preferred=[],
-                                               instances=1, error="not enough traffic"), "dark")
+    failed = figures.what_if_figure(
+        WhatIfView(target="t", model="m", preferred=[], instances=1, error="not enough traffic"),
+        "dark",
+    )
     assert failed.layout.annotations[0].text == "not enough traffic"
 
 

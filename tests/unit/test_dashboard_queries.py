@@ -37,16 +37,30 @@ UNBATCHED = model_config("unbatched", batching=False)
 
 
 def batched_load(**overrides: object) -> Load:
-    values: dict[str, object] = dict(config=BATCHED, qps=100.0, request_ms=20.0,
-                                     queue_share=0.25, batch_mix={4: 0.5, 8: 0.5},
-                                     cost_ms=lambda b: 4.0 + 0.5 * b, pending=3.0)
+    values: dict[str, object] = dict(
+        config=BATCHED,
+        qps=100.0,
+        request_ms=20.0,
+        queue_share=0.25,
+        batch_mix={4: 0.5, 8: 0.5},
+        cost_ms=lambda b: 4.0 + 0.5 * b,
+        pending=3.0,
+    )
     values.update(overrides)
     return Load(**values)  # type: ignore[arg-type]
 
 
 def unbatched_load() -> Load:
-    return Load(config=UNBATCHED, qps=50.0, request_ms=40.0, queue_share=0.8,
-                batch_mix={1: 1.0}, cost_ms=lambda b: 4.5, fail_per_s=0.5, pending=None)
+    return Load(
+        config=UNBATCHED,
+        qps=50.0,
+        request_ms=40.0,
+        queue_share=0.8,
+        batch_mix={1: 1.0},
+        cost_ms=lambda b: 4.5,
+        fail_per_s=0.5,
+        pending=None,
+    )
 
 
 @pytest.fixture
@@ -64,8 +78,9 @@ def store(db_url: str) -> Store:
 @pytest.fixture
 def seeded(store: Store) -> Store:
     """Two models on target t, one scrape every 5 s for 10 minutes, t up."""
-    steady_load(store, [batched_load(), unbatched_load()], target="t", start=T0, seconds=600,
-                step=5)
+    steady_load(
+        store, [batched_load(), unbatched_load()], target="t", start=T0, seconds=600, step=5
+    )
     scrape_ok(store, "t", T0 + 600)
     return store
 
@@ -107,10 +122,16 @@ def test_overview_lists_every_model_with_its_rates_and_config(seeded: Store) -> 
 
 def test_overview_attaches_active_findings_to_their_rows(seeded: Store, store: Store) -> None:
     common = dict(target="t", window_start=T0, window_end=T0 + 600, created_at=T0 + 600)
-    store.add_finding(kind="batching_off", severity="warning", subject="unbatched",
-                      summary="requests wait but run one at a time", **common)
-    resolved = store.add_finding(kind="queue_saturation", severity="critical",
-                                 subject="unbatched", summary="old", **common)
+    store.add_finding(
+        kind="batching_off",
+        severity="warning",
+        subject="unbatched",
+        summary="requests wait but run one at a time",
+        **common,
+    )
+    resolved = store.add_finding(
+        kind="queue_saturation", severity="critical", subject="unbatched", summary="old", **common
+    )
     store.resolve_finding(resolved, T0 + 600)
     data = queries(seeded).overview()
     rows = {r.status.model: r for r in data.models}
@@ -120,21 +141,49 @@ def test_overview_attaches_active_findings_to_their_rows(seeded: Store, store: S
 
 def test_device_tiles_total_idle_gpus_counting_mig_slices(store: Store) -> None:
     at = T0 + 10
-    store.write_devices("host", at, [
-        DeviceSample(source="nvml", uuid="GPU-a", index=0, name="A100", sm_active_pct=20.0),
-        DeviceSample(source="nvml", uuid="GPU-b", index=1, utilization_gpu_pct=80.0),
-        DeviceSample(source="nvml", uuid="GPU-m", index=2, memory_total_bytes=80 * 2**30),
-        DeviceSample(source="nvml", uuid="MIG-1", kind="mig", parent_uuid="GPU-m",
-                     memory_total_bytes=40 * 2**30, sm_active_pct=0.0),
-        DeviceSample(source="nvml", uuid="MIG-2", kind="mig", parent_uuid="GPU-m",
-                     memory_total_bytes=40 * 2**30, sm_active_pct=50.0),
-    ])
+    store.write_devices(
+        "host",
+        at,
+        [
+            DeviceSample(source="nvml", uuid="GPU-a", index=0, name="A100", sm_active_pct=20.0),
+            DeviceSample(source="nvml", uuid="GPU-b", index=1, utilization_gpu_pct=80.0),
+            DeviceSample(source="nvml", uuid="GPU-m", index=2, memory_total_bytes=80 * 2**30),
+            DeviceSample(
+                source="nvml",
+                uuid="MIG-1",
+                kind="mig",
+                parent_uuid="GPU-m",
+                memory_total_bytes=40 * 2**30,
+                sm_active_pct=0.0,
+            ),
+            DeviceSample(
+                source="nvml",
+                uuid="MIG-2",
+                kind="mig",
+                parent_uuid="GPU-m",
+                memory_total_bytes=40 * 2**30,
+                sm_active_pct=50.0,
+            ),
+        ],
+    )
     # Triton's own reading of GPU-a: NVML's is preferred, one tile per device.
-    store.write_triton(TritonSnapshot(
-        target="t", collected_at=at,
-        gpus=(DeviceSample(source="triton", uuid="GPU-a", utilization_gpu_pct=99.0),)))
-    store.add_finding(kind="idle_capacity", severity="info", target="host", subject="GPU-a",
-                      summary="idle", window_start=T0, window_end=at, created_at=at)
+    store.write_triton(
+        TritonSnapshot(
+            target="t",
+            collected_at=at,
+            gpus=(DeviceSample(source="triton", uuid="GPU-a", utilization_gpu_pct=99.0),),
+        )
+    )
+    store.add_finding(
+        kind="idle_capacity",
+        severity="info",
+        target="host",
+        subject="GPU-a",
+        summary="idle",
+        window_start=T0,
+        window_end=at,
+        created_at=at,
+    )
     data = DashboardQueries(store, clock=lambda: at).overview()
     tiles = {d.sample.uuid: d for d in data.devices}
     assert sorted(tiles) == ["GPU-a", "GPU-b", "GPU-m", "MIG-1", "MIG-2"]
@@ -173,8 +222,9 @@ def test_an_unreachable_store_gives_an_error_line_not_an_exception(tmp_path: Pat
     assert detail.error is not None and not detail.known
 
 
-def test_the_next_read_recovers_after_a_failure(store: Store,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_next_read_recovers_after_a_failure(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     failures = [OperationalError("SELECT", {}, Exception("connection refused"))]
     targets = store.targets
 
@@ -201,8 +251,13 @@ def test_model_detail_reads_series_distribution_fit_config(seeded: Store) -> Non
     s = detail.series
     assert s.source == "raw" and 0 < len(s.t) <= 240
     assert s.bucket_s == 5.0  # never shorter than the scrape interval: no empty buckets
-    assert (len(s.t) == len(s.requests_per_s) == len(s.avg_batch_size) == len(s.queue_ms)
-            == len(s.pending_request_count))
+    assert (
+        len(s.t)
+        == len(s.requests_per_s)
+        == len(s.avg_batch_size)
+        == len(s.queue_ms)
+        == len(s.pending_request_count)
+    )
     assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.requests_per_s)
     assert all(v == pytest.approx(6.0, rel=1e-6) for v in s.avg_batch_size)
     assert all(v == pytest.approx(20.0 * 0.25, rel=1e-6) for v in s.queue_ms)
@@ -245,8 +300,15 @@ def test_series_points_are_bounded(seeded: Store) -> None:
 
 
 def test_a_gap_in_scrapes_breaks_the_series(store: Store) -> None:
-    steady_load(store, [batched_load()], target="t", start=T0, seconds=600, step=5,
-                skip=(T0 + 200, T0 + 400))
+    steady_load(
+        store,
+        [batched_load()],
+        target="t",
+        start=T0,
+        seconds=600,
+        step=5,
+        skip=(T0 + 200, T0 + 400),
+    )
     s = queries(store).model_detail("t", "batched", range_name="15m", max_points=60).series
     gaps = [i for i, v in enumerate(s.requests_per_s) if v is None]
     assert len(gaps) == 1
@@ -256,8 +318,14 @@ def test_a_gap_in_scrapes_breaks_the_series(store: Store) -> None:
 
 def test_a_counter_reset_gives_no_negative_rate(store: Store) -> None:
     steady_load(store, [batched_load()], target="t", start=T0, seconds=300, step=5)
-    steady_load(store, [batched_load()], target="t", start=T0 + 301, seconds=295,  # restart
-                step=5)
+    steady_load(
+        store,
+        [batched_load()],
+        target="t",
+        start=T0 + 301,
+        seconds=295,  # restart
+        step=5,
+    )
     s = queries(store).model_detail("t", "batched", range_name="15m").series
     assert all(v is not None and v >= 0 for v in s.requests_per_s)
     assert max(v for v in s.requests_per_s if v is not None) < 150.0
@@ -265,28 +333,56 @@ def test_a_counter_reset_gives_no_negative_rate(store: Store) -> None:
 
 def test_findings_of_the_model_only_open_first(seeded: Store, store: Store) -> None:
     common = dict(target="t", window_start=T0, window_end=T0 + 600)
-    old = store.add_finding(kind="queue_saturation", severity="critical", subject="unbatched",
-                            summary="was saturated", created_at=T0 + 100, **common)
+    old = store.add_finding(
+        kind="queue_saturation",
+        severity="critical",
+        subject="unbatched",
+        summary="was saturated",
+        created_at=T0 + 100,
+        **common,
+    )
     store.resolve_finding(old, T0 + 200)
-    store.add_finding(kind="batching_off", severity="warning", subject="unbatched",
-                      summary="batching is off", evidence={"concurrency": 2.0},
-                      created_at=T0 + 300, **common)
-    store.add_finding(kind="batch_below_preferred", severity="info", subject="batched",
-                      summary="other model", created_at=T0 + 300, **common)
-    before = store.add_finding(kind="batching_off", severity="warning", subject="unbatched",
-                               summary="before the range", created_at=T0 - 5000, **common)
+    store.add_finding(
+        kind="batching_off",
+        severity="warning",
+        subject="unbatched",
+        summary="batching is off",
+        evidence={"concurrency": 2.0},
+        created_at=T0 + 300,
+        **common,
+    )
+    store.add_finding(
+        kind="batch_below_preferred",
+        severity="info",
+        subject="batched",
+        summary="other model",
+        created_at=T0 + 300,
+        **common,
+    )
+    before = store.add_finding(
+        kind="batching_off",
+        severity="warning",
+        subject="unbatched",
+        summary="before the range",
+        created_at=T0 - 5000,
+        **common,
+    )
     store.resolve_finding(before, T0 - 4000)
     found = queries(seeded).model_detail("t", "unbatched").findings
-    assert [(f.kind, is_open(f)) for f in found] == [("batching_off", True),
-                                                     ("queue_saturation", False)]
+    assert [(f.kind, is_open(f)) for f in found] == [
+        ("batching_off", True),
+        ("queue_saturation", False),
+    ]
     assert found[0].evidence == {"concurrency": 2.0}
 
 
 def test_latest_recommendation_with_its_pbtxt(seeded: Store, store: Store) -> None:
-    store_recommendation(store, target="t", config=UNBATCHED, qps=50, p95_ms=80,
-                         created_at=T0 + 100)
-    store_recommendation(store, target="t", config=UNBATCHED, qps=55, p95_ms=70,
-                         created_at=T0 + 500)
+    store_recommendation(
+        store, target="t", config=UNBATCHED, qps=50, p95_ms=80, created_at=T0 + 100
+    )
+    store_recommendation(
+        store, target="t", config=UNBATCHED, qps=55, p95_ms=70, created_at=T0 + 500
+    )
     view = queries(seeded).model_detail("t", "unbatched").recommendation
     assert view is not None
     rec = view.stored.recommendation
@@ -299,15 +395,27 @@ def test_latest_recommendation_with_its_pbtxt(seeded: Store, store: Store) -> No
 
 
 def test_a_recommendation_without_changes_or_configs_still_shows(
-        seeded: Store, store: Store) -> None:
+    seeded: Store, store: Store
+) -> None:
     """What a hand-written row of an older store reads as after its upgrade: the reason,
     the prediction and the fragment, no changes and unknown configs."""
     unknown = BatcherConfig(max_batch_size=0)
-    store.add_recommendation(Recommendation(
-        target="t", model="batched", created_at=T0, kind="tune", changes=(),
-        current_config=unknown, proposed_config=unknown, current=Prediction(0.0, None),
-        predicted=Prediction(qps=120.0, p95_ms=12.0), confidence=0.5, reason="hand-written",
-        config_pbtxt="max_batch_size: 32\n"))
+    store.add_recommendation(
+        Recommendation(
+            target="t",
+            model="batched",
+            created_at=T0,
+            kind="tune",
+            changes=(),
+            current_config=unknown,
+            proposed_config=unknown,
+            current=Prediction(0.0, None),
+            predicted=Prediction(qps=120.0, p95_ms=12.0),
+            confidence=0.5,
+            reason="hand-written",
+            config_pbtxt="max_batch_size: 32\n",
+        )
+    )
     view = queries(seeded).latest_recommendation("t", "batched")
     assert view is not None
     rec = view.stored.recommendation
@@ -330,8 +438,11 @@ def test_long_ranges_read_rollups_and_the_raw_tail(store: Store) -> None:
 
 def test_long_ranges_without_rollups_read_a_bounded_raw_part(store: Store) -> None:
     steady_load(store, [batched_load()], target="t", start=T0, seconds=1200, step=10)
-    s = DashboardQueries(store, clock=lambda: T0 + 1200).model_detail(
-        "t", "batched", range_name="24h").series
+    s = (
+        DashboardQueries(store, clock=lambda: T0 + 1200)
+        .model_detail("t", "batched", range_name="24h")
+        .series
+    )
     assert s.source == "raw" and s.truncated_to_s == 6 * 3600
     assert all(v == pytest.approx(100.0, rel=1e-6) for v in s.requests_per_s if v is not None)
 
@@ -350,11 +461,20 @@ def test_ranges_parse_with_a_default() -> None:
 
 
 def test_answers_round_trip_through_json(seeded: Store, store: Store) -> None:
-    store.add_finding(kind="batching_off", severity="warning", target="t", subject="unbatched",
-                      summary="s", window_start=T0, window_end=T0 + 1, evidence={"x": 1.5},
-                      created_at=T0 + 590)
-    store_recommendation(store, target="t", config=UNBATCHED, qps=50, p95_ms=80,
-                         created_at=T0 + 100)
+    store.add_finding(
+        kind="batching_off",
+        severity="warning",
+        target="t",
+        subject="unbatched",
+        summary="s",
+        window_start=T0,
+        window_end=T0 + 1,
+        evidence={"x": 1.5},
+        created_at=T0 + 590,
+    )
+    store_recommendation(
+        store, target="t", config=UNBATCHED, qps=50, p95_ms=80, created_at=T0 + 100
+    )
     q = queries(seeded)
     overview = q.overview()
     assert from_json(OverviewData, json.loads(json.dumps(to_json(overview)))) == overview
@@ -367,10 +487,16 @@ def test_answers_round_trip_through_json(seeded: Store, store: Store) -> None:
 
 def _callback(client, output: str, inputs: list[dict], state: list[dict] | None = None):  # type: ignore[no-untyped-def]
     component, prop = output.split(".")
-    return client.post("/_dash-update-component", json={
-        "output": output, "outputs": {"id": component, "property": prop},
-        "inputs": inputs, "state": state or [],
-        "changedPropIds": [f"{i['id']}.{i['property']}" for i in inputs]})
+    return client.post(
+        "/_dash-update-component",
+        json={
+            "output": output,
+            "outputs": {"id": component, "property": prop},
+            "inputs": inputs,
+            "state": state or [],
+            "changedPropIds": [f"{i['id']}.{i['property']}" for i in inputs],
+        },
+    )
 
 
 def test_the_app_serves_its_pages_and_the_tick_reads_the_store(seeded: Store) -> None:
@@ -386,16 +512,27 @@ def test_the_app_serves_its_pages_and_the_tick_reads_the_store(seeded: Store) ->
     layout = client.get("/_dash-layout")
     assert layout.status_code == 200
 
-    tick = _callback(client, f"{ids.Overview.DATA}.data",
-                     [{"id": ids.Overview.INTERVAL, "property": "n_intervals", "value": 0}])
+    tick = _callback(
+        client,
+        f"{ids.Overview.DATA}.data",
+        [{"id": ids.Overview.INTERVAL, "property": "n_intervals", "value": 0}],
+    )
     assert tick.status_code == 200
     data = tick.get_json()["response"][ids.Overview.DATA]["data"]
     assert sorted(m["status"]["model"] for m in data["models"]) == ["batched", "unbatched"]
 
-    detail = _callback(client, f"{ids.Model.DATA}.data",
-                       [{"id": ids.Model.INTERVAL, "property": "n_intervals", "value": 0}],
-                       [{"id": ids.Model.QUERY, "property": "data",
-                         "value": {"target": "t", "model": "batched", "range": "1h"}}])
+    detail = _callback(
+        client,
+        f"{ids.Model.DATA}.data",
+        [{"id": ids.Model.INTERVAL, "property": "n_intervals", "value": 0}],
+        [
+            {
+                "id": ids.Model.QUERY,
+                "property": "data",
+                "value": {"target": "t", "model": "batched", "range": "1h"},
+            }
+        ],
+    )
     assert detail.status_code == 200
     assert detail.get_json()["response"][ids.Model.DATA]["data"]["range_name"] == "1h"
 
@@ -415,7 +552,11 @@ def test_the_page_interval_follows_refresh_s(seeded: Store) -> None:
 def test_the_dashboard_command_binds_to_localhost_by_default() -> None:
     args = build_parser().parse_args(["dashboard", "--db", "sqlite:///x.db"])
     assert (args.host, args.port, args.refresh, args.db_url) == (
-        "127.0.0.1", 8050, 5.0, "sqlite:///x.db")
+        "127.0.0.1",
+        8050,
+        5.0,
+        "sqlite:///x.db",
+    )
 
 
 # --------------------------------------------------------------------------- recommendations
@@ -429,8 +570,10 @@ def test_recommendations_and_what_if_from_the_batcher_model(seeded: Store, store
     q = DashboardQueries(seeded, clock=lambda: T0 + 600, slo_p95_ms={"batched": 40.0})
     recs, error = q.recommendations()
     assert error is None
-    assert {(r.stored.target, r.stored.model) for r in recs} == {("t", "batched"),
-                                                                 ("t", "unbatched")}
+    assert {(r.stored.target, r.stored.model) for r in recs} == {
+        ("t", "batched"),
+        ("t", "unbatched"),
+    }
     unbatched = next(r for r in recs if r.stored.model == "unbatched")
     # Only batch size 1 was seen: a probe, shown as a diff of the pbtxt fragments.
     assert unbatched.stored.kind == "probe"
@@ -445,22 +588,24 @@ def test_recommendations_and_what_if_from_the_batcher_model(seeded: Store, store
     assert two.instances == 2
     assert [p.qps for p in two.predicted] != [p.qps for p in curve.predicted]
     # Without two batch sizes there is no curve yet, and it says so.
-    assert "not enough traffic" in (q.what_if("t", "unbatched", preferred=[],
-                                              instances=1).error or "")
+    assert "not enough traffic" in (
+        q.what_if("t", "unbatched", preferred=[], instances=1).error or ""
+    )
     # JSON round trip for the page's Store.
     assert from_json(type(curve), json.loads(json.dumps(to_json(curve)))) == curve
 
 
 def test_recommendation_outcome_is_kept(store: Store) -> None:
-    rid = store_recommendation(store, target="t", config=UNBATCHED, qps=50.0, p95_ms=90.0,
-                               created_at=T0)
-    done = store.record_recommendation_outcome(rid, outcome="applied", at=T0 + 5,
-                                               verification={"verdict": "kept"})
+    rid = store_recommendation(
+        store, target="t", config=UNBATCHED, qps=50.0, p95_ms=90.0, created_at=T0
+    )
+    done = store.record_recommendation_outcome(
+        rid, outcome="applied", at=T0 + 5, verification={"verdict": "kept"}
+    )
     assert done.status == "applied" and done.verification == {"verdict": "kept"}
     assert done.applied_at == T0 + 5
     with pytest.raises(KeyError):
-        store.record_recommendation_outcome(rid + 99, outcome="applied", at=T0,
-                                            verification={})
+        store.record_recommendation_outcome(rid + 99, outcome="applied", at=T0, verification={})
 
 
 # --------------------------------------------------------------------------- events, devices
@@ -468,12 +613,33 @@ def test_recommendation_outcome_is_kept(store: Store) -> None:
 
 def test_events_filter_by_target_model_kind_severity_and_state(store: Store) -> None:
     common = dict(window_start=T0, window_end=T0 + 60, evidence={"x": 1})
-    a = store.add_finding(kind="batching_off", severity="warning", target="t", subject="m1",
-                          summary="a", created_at=T0 + 60, **common)
-    store.add_finding(kind="idle_capacity", severity="critical", target="u", subject="gpu0",
-                      summary="b", created_at=T0 + 70, **common)
-    store.add_finding(kind="queue_saturation", severity="info", target="t", subject="m2",
-                      summary="c", created_at=T0 + 80, **common)
+    a = store.add_finding(
+        kind="batching_off",
+        severity="warning",
+        target="t",
+        subject="m1",
+        summary="a",
+        created_at=T0 + 60,
+        **common,
+    )
+    store.add_finding(
+        kind="idle_capacity",
+        severity="critical",
+        target="u",
+        subject="gpu0",
+        summary="b",
+        created_at=T0 + 70,
+        **common,
+    )
+    store.add_finding(
+        kind="queue_saturation",
+        severity="info",
+        target="t",
+        subject="m2",
+        summary="c",
+        created_at=T0 + 80,
+        **common,
+    )
     store.resolve_finding(a, T0 + 100)
     q = DashboardQueries(store, clock=lambda: T0 + 200)
     active = q.events()
@@ -492,20 +658,45 @@ def test_devices_heatmap_rows_per_gpu_and_stub_process(store: Store) -> None:
 
     for i in range(60):
         at = T0 + i * 5
-        store.write_devices("t", at, [
-            DeviceSample(source="nvml", uuid="GPU-aaaaaaaa-0001", index=0, name="H200",
-                         utilization_gpu_pct=20.0 + i % 3, memory_used_bytes=10**10,
-                         power_w=150.0),
-            DeviceSample(source="nvml", uuid="GPU-aaaaaaaa-0002", index=1, name="H200",
-                         utilization_gpu_pct=90.0, sm_active_pct=70.0),
-        ])
-        store.write_processes("t", at, [
-            ProcessSample(source="host", pid=41, role="stub", model="m",
-                          instance_name="m_0_0", cpu_pct=35.0),
-            ProcessSample(source="host", pid=40, role="server", cpu_pct=5.0),
-        ])
-    view = DashboardQueries(store, clock=lambda: T0 + 300).devices(range_name="5m",
-                                                                    max_points=30)
+        store.write_devices(
+            "t",
+            at,
+            [
+                DeviceSample(
+                    source="nvml",
+                    uuid="GPU-aaaaaaaa-0001",
+                    index=0,
+                    name="H200",
+                    utilization_gpu_pct=20.0 + i % 3,
+                    memory_used_bytes=10**10,
+                    power_w=150.0,
+                ),
+                DeviceSample(
+                    source="nvml",
+                    uuid="GPU-aaaaaaaa-0002",
+                    index=1,
+                    name="H200",
+                    utilization_gpu_pct=90.0,
+                    sm_active_pct=70.0,
+                ),
+            ],
+        )
+        store.write_processes(
+            "t",
+            at,
+            [
+                ProcessSample(
+                    source="host",
+                    pid=41,
+                    role="stub",
+                    model="m",
+                    instance_name="m_0_0",
+                    cpu_pct=35.0,
+                ),
+                ProcessSample(source="host", pid=40, role="server", cpu_pct=5.0),
+            ],
+        )
+    view = DashboardQueries(store, clock=lambda: T0 + 300).devices(range_name="5m", max_points=30)
     assert view.error is None and len(view.t) == 30
     assert [r.label.split("(")[-1] for r in view.devices] == ["aaa-0001)", "aaa-0002)"]
     second = view.devices[1].values
@@ -525,12 +716,34 @@ def test_devices_over_a_long_range_read_rollups_and_the_raw_tail(store: Store) -
     for i in range(ticks):
         at = start + i * step
         # The first day at 10 %, the second at 60 %.
-        store.write_devices("t", at, [DeviceSample(
-            source="nvml", uuid="GPU-bbbbbbbb-0001", index=0, name="H200",
-            utilization_gpu_pct=10.0 if i < ticks // 2 else 60.0, power_w=100.0)])
-        store.write_processes("t", at, [ProcessSample(
-            source="host", pid=7, role="stub", model="m", instance_name="m_0_0",
-            cpu_pct=50.0)])
+        store.write_devices(
+            "t",
+            at,
+            [
+                DeviceSample(
+                    source="nvml",
+                    uuid="GPU-bbbbbbbb-0001",
+                    index=0,
+                    name="H200",
+                    utilization_gpu_pct=10.0 if i < ticks // 2 else 60.0,
+                    power_w=100.0,
+                )
+            ],
+        )
+        store.write_processes(
+            "t",
+            at,
+            [
+                ProcessSample(
+                    source="host",
+                    pid=7,
+                    role="stub",
+                    model="m",
+                    instance_name="m_0_0",
+                    cpu_pct=50.0,
+                )
+            ],
+        )
     end = start + (ticks - 1) * step
     q = DashboardQueries(store, clock=lambda: end + 1)
 

@@ -23,14 +23,15 @@ def stat(size: int, count: int, mean_ms: float) -> BatchStat:
     compute phases the way Triton reports them (the fit must sum all three)."""
     total = round(count * mean_ms * 1e6)
     inp, out = total // 10, total // 20
-    return BatchStat(batch_size=size,
-                     compute_input=Duration(count, inp),
-                     compute_infer=Duration(count, total - inp - out),
-                     compute_output=Duration(count, out))
+    return BatchStat(
+        batch_size=size,
+        compute_input=Duration(count, inp),
+        compute_infer=Duration(count, total - inp - out),
+        compute_output=Duration(count, out),
+    )
 
 
-def linear(counts: dict[int, int], intercept: float = 2.0,
-           slope: float = 0.5) -> list[BatchStat]:
+def linear(counts: dict[int, int], intercept: float = 2.0, slope: float = 0.5) -> list[BatchStat]:
     return [stat(b, n, intercept + slope * b) for b, n in counts.items()]
 
 
@@ -54,15 +55,24 @@ def test_recovers_intercept_and_slope_of_a_linear_model() -> None:
 def test_fit_from_cumulative_readings_via_batch_stats_increase() -> None:
     before = linear({1: 1000, 4: 300}, intercept=7.0, slope=3.0)  # an older regime
     after_inc = linear({1: 500, 4: 200, 8: 100})
-    cumulative = [BatchStat(
-        batch_size=b.batch_size,
-        compute_input=Duration(b.compute_input.count + a.compute_input.count,
-                               b.compute_input.ns + a.compute_input.ns),
-        compute_infer=Duration(b.compute_infer.count + a.compute_infer.count,
-                               b.compute_infer.ns + a.compute_infer.ns),
-        compute_output=Duration(b.compute_output.count + a.compute_output.count,
-                                b.compute_output.ns + a.compute_output.ns))
-        for a, b in zip(before + [stat(8, 0, 0.0)], after_inc, strict=True)]
+    cumulative = [
+        BatchStat(
+            batch_size=b.batch_size,
+            compute_input=Duration(
+                b.compute_input.count + a.compute_input.count,
+                b.compute_input.ns + a.compute_input.ns,
+            ),
+            compute_infer=Duration(
+                b.compute_infer.count + a.compute_infer.count,
+                b.compute_infer.ns + a.compute_infer.ns,
+            ),
+            compute_output=Duration(
+                b.compute_output.count + a.compute_output.count,
+                b.compute_output.ns + a.compute_output.ns,
+            ),
+        )
+        for a, b in zip(before + [stat(8, 0, 0.0)], after_inc, strict=True)
+    ]
     fit = fit_service_time(batch_stats_increase(before, cumulative))
     assert fit is not None
     assert fit.intercept_ms == pytest.approx(2.0, abs=1e-6)
@@ -117,8 +127,7 @@ def test_given_slope_is_ignored_when_the_fit_has_one() -> None:
 def test_noisy_means_raise_residual_cv_above_the_floor() -> None:
     # ±10 % around the line, alternating: a spread the floor does not explain.
     sizes = [1, 2, 3, 4, 6, 8]
-    stats = [stat(b, 200, (2.0 + 0.5 * b) * (1.1 if i % 2 else 0.9))
-             for i, b in enumerate(sizes)]
+    stats = [stat(b, 200, (2.0 + 0.5 * b) * (1.1 if i % 2 else 0.9)) for i, b in enumerate(sizes)]
     fit = fit_service_time(stats)
     assert fit is not None
     assert fit.residual_cv > CV_FLOOR

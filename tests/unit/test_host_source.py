@@ -17,9 +17,16 @@ from collector.sources.host import HostSource, http_port_of, stub_identity
 
 # As recorded from the CPU testbed (`ps -o args`), with the temporary folder renamed.
 STUB_CMDLINE = [
-    "/srv/tb/backends/python/triton_python_backend_stub", "/srv/tb/models/batched/1/model.py",
-    "triton_python_backend_shm_region_dec16056-7e79-4ce7-bf03-9ca765c4d759", "1048576",
-    "1048576", "12815", "/srv/tb/backends/python", "336", "batched_0_0", "DEFAULT",
+    "/srv/tb/backends/python/triton_python_backend_stub",
+    "/srv/tb/models/batched/1/model.py",
+    "triton_python_backend_shm_region_dec16056-7e79-4ce7-bf03-9ca765c4d759",
+    "1048576",
+    "1048576",
+    "12815",
+    "/srv/tb/backends/python",
+    "336",
+    "batched_0_0",
+    "DEFAULT",
 ]
 
 
@@ -48,8 +55,7 @@ def test_remote_target_yields_nothing_and_touches_no_process() -> None:
         calls.append(1)
         return []
 
-    source = HostSource(target_from_url("http://triton.example.invalid:8000"),
-                        processes=processes)
+    source = HostSource(target_from_url("http://triton.example.invalid:8000"), processes=processes)
     assert source.collect() == []
     assert calls == []
 
@@ -58,8 +64,9 @@ def test_local_target_without_server_is_reported_down() -> None:
     # A real process that is not a tritonserver: the source must not mistake it for one.
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        source = HostSource(target_from_url("http://127.0.0.1:1"),
-                            processes=lambda: [psutil.Process(child.pid)])
+        source = HostSource(
+            target_from_url("http://127.0.0.1:1"), processes=lambda: [psutil.Process(child.pid)]
+        )
         try:
             source.collect()
         except Exception as exc:  # noqa: BLE001 - the kind is what matters
@@ -91,8 +98,11 @@ def fake_server() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _collect(server: subprocess.Popen[bytes]) -> list[ProcessSample | HostFacts]:
-    source = HostSource(FAKE_SERVER_TARGET, processes=lambda: [psutil.Process(server.pid)],
-                        wall_clock=lambda: 1234.5)
+    source = HostSource(
+        FAKE_SERVER_TARGET,
+        processes=lambda: [psutil.Process(server.pid)],
+        wall_clock=lambda: 1234.5,
+    )
     return source.collect()
 
 
@@ -108,8 +118,10 @@ def test_host_facts_give_the_cpu_count_of_the_triton_host(
     ]
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs CPU affinity and two CPUs")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs CPU affinity and two CPUs",
+)
 def test_host_facts_count_the_cpus_triton_may_use_not_ours(
     fake_server: subprocess.Popen[bytes],
 ) -> None:

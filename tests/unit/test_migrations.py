@@ -61,104 +61,252 @@ def _insert(conn: Connection, table: str, **values: Any) -> None:
 
 RATES = full_rates()  # every rate set, as in the store's own tests
 METRICS = {
-    "request_success": 100.0, "request_failure_by_reason": {"REJECTED": 2.0},
-    "inference_count": 400.0, "exec_count": 50.0, "request_duration_us": 123_456.5,
-    "queue_duration_us": 23_456.25, "compute_input_duration_us": 1_000.0,
-    "compute_infer_duration_us": 90_000.0, "compute_output_duration_us": 2_000.0,
-    "pending_request_count": 3.0, "summary_quantiles_us": {"nv_inference_queue_summary_us":
-                                                           {"0.5": 10.0}},
+    "request_success": 100.0,
+    "request_failure_by_reason": {"REJECTED": 2.0},
+    "inference_count": 400.0,
+    "exec_count": 50.0,
+    "request_duration_us": 123_456.5,
+    "queue_duration_us": 23_456.25,
+    "compute_input_duration_us": 1_000.0,
+    "compute_infer_duration_us": 90_000.0,
+    "compute_output_duration_us": 2_000.0,
+    "pending_request_count": 3.0,
+    "summary_quantiles_us": {"nv_inference_queue_summary_us": {"0.5": 10.0}},
     "histogram_buckets": None,
 }
 STATS = {
-    "stats_last_inference_ms": 1_700_000_039_123, "stats_inference_count": 400,
-    "stats_execution_count": 50, "stats_success_count": 100, "stats_success_ns": 123_456_789_012,
-    "stats_fail_count": 3, "stats_fail_ns": 4_000, "stats_queue_count": 100,
-    "stats_queue_ns": 23_456_000_000, "stats_compute_input_count": 50,
-    "stats_compute_input_ns": 1_000_000, "stats_compute_infer_count": 50,
-    "stats_compute_infer_ns": 90_000_000_000, "stats_compute_output_count": 50,
-    "stats_compute_output_ns": 2_000_000, "stats_cache_hit_count": 0, "stats_cache_hit_ns": 0,
-    "stats_cache_miss_count": 0, "stats_cache_miss_ns": 0,
+    "stats_last_inference_ms": 1_700_000_039_123,
+    "stats_inference_count": 400,
+    "stats_execution_count": 50,
+    "stats_success_count": 100,
+    "stats_success_ns": 123_456_789_012,
+    "stats_fail_count": 3,
+    "stats_fail_ns": 4_000,
+    "stats_queue_count": 100,
+    "stats_queue_ns": 23_456_000_000,
+    "stats_compute_input_count": 50,
+    "stats_compute_input_ns": 1_000_000,
+    "stats_compute_infer_count": 50,
+    "stats_compute_infer_ns": 90_000_000_000,
+    "stats_compute_output_count": 50,
+    "stats_compute_output_ns": 2_000_000,
+    "stats_cache_hit_count": 0,
+    "stats_cache_hit_ns": 0,
+    "stats_cache_miss_count": 0,
+    "stats_cache_miss_ns": 0,
 }
-PEAKS = ModelPeaks(requests_per_s=50.0, avg_batch_size=8.0, queue_us_per_request=300.0,
-                   request_us_per_request=1500.0, queue_share=0.25, busy_share=0.6)
+PEAKS = ModelPeaks(
+    requests_per_s=50.0,
+    avg_batch_size=8.0,
+    queue_us_per_request=300.0,
+    request_us_per_request=1500.0,
+    queue_share=0.25,
+    busy_share=0.6,
+)
 
 
 def recommendation(kind: str, model: str = "resnet", at: float = T0) -> Recommendation:
     current = BatcherConfig(max_batch_size=32, preferred_batch_sizes=(8,))
     proposed = replace(current, dynamic_batching=True, max_queue_delay_us=500)
     return Recommendation(
-        target="triton-a", model=model, created_at=at, kind=kind,
-        changes=(ConfigChange("dynamic_batching", False, True),
-                 ConfigChange("max_queue_delay_us", 0, 500)),
-        current_config=current, proposed_config=proposed,
+        target="triton-a",
+        model=model,
+        created_at=at,
+        kind=kind,
+        changes=(
+            ConfigChange("dynamic_batching", False, True),
+            ConfigChange("max_queue_delay_us", 0, 500),
+        ),
+        current_config=current,
+        proposed_config=proposed,
         current=Prediction(qps=100.0, p95_ms=30.0, p50_ms=12.0),
         predicted=Prediction(qps=250.0, p95_ms=27.0, avg_batch_size=6.0, busy_share=0.5),
-        confidence=0.7, reason=f"a {kind}", slo_p95_ms=40.0,
+        confidence=0.7,
+        reason=f"a {kind}",
+        slo_p95_ms=40.0,
         config_pbtxt="dynamic_batching { max_queue_delay_microseconds: 500 }",
-        config_json='{"name": "resnet"}', evidence={"points": 3, "r2": 0.9, "probe": False})
+        config_json='{"name": "resnet"}',
+        evidence={"points": 3, "r2": 0.9, "probe": False},
+    )
 
 
-def _old_recommendation(conn: Connection, rec: Recommendation, status: str,
-                        **outcome: Any) -> None:
+def _old_recommendation(conn: Connection, rec: Recommendation, status: str, **outcome: Any) -> None:
     """As ``store_recommendation`` wrote one: the whole recommendation in ``change``,
     its kind in ``status`` until an apply overwrote it with the outcome."""
-    _insert(conn, "recommendations", target=rec.target, model=rec.model,
-            created_at=rec.created_at, change=asdict(rec),
-            predicted={"qps": rec.predicted.qps, "p95_ms": rec.predicted.p95_ms},
-            confidence=rec.confidence, config_fragment=rec.config_pbtxt, status=status,
-            **outcome)
+    _insert(
+        conn,
+        "recommendations",
+        target=rec.target,
+        model=rec.model,
+        created_at=rec.created_at,
+        change=asdict(rec),
+        predicted={"qps": rec.predicted.qps, "p95_ms": rec.predicted.p95_ms},
+        confidence=rec.confidence,
+        config_fragment=rec.config_pbtxt,
+        status=status,
+        **outcome,
+    )
 
 
 def _insert_old_rows(conn: Connection) -> None:
-    _insert(conn, "targets", id=1, name="triton-a", kind="triton", up=True,
-            last_seen_at=T0 + 10, last_scrape_at=T0 + 10, last_duration_s=0.05,
-            consecutive_failures=0, server_version="2.52.0")
+    _insert(
+        conn,
+        "targets",
+        id=1,
+        name="triton-a",
+        kind="triton",
+        up=True,
+        last_seen_at=T0 + 10,
+        last_scrape_at=T0 + 10,
+        last_duration_s=0.05,
+        consecutive_failures=0,
+        server_version="2.52.0",
+    )
     _insert(conn, "target_transitions", id=1, target_id=1, source="triton", at=T0, up=True)
     _insert(conn, "models", id=1, target_id=1, name="resnet", version="1")
-    rate_columns = {("rate_window_s" if k == "window_s" else "rate_resets" if k == "resets"
-                     else k): v for k, v in asdict(RATES).items()}
+    rate_columns = {
+        ("rate_window_s" if k == "window_s" else "rate_resets" if k == "resets" else k): v
+        for k, v in asdict(RATES).items()
+    }
     _insert(conn, "model_samples", id=1, model_id=1, collected_at=T0, **METRICS, **STATS)
-    _insert(conn, "model_samples", id=2, model_id=1, collected_at=T0 + 5, **METRICS, **STATS,
-            **rate_columns)
-    _insert(conn, "batch_stats", id=1, model_sample_id=2, batch_size=8, exec_count=40,
-            compute_input_count=40, compute_input_ns=800_000, compute_infer_ns=80_000_000_000,
-            compute_output_count=40, compute_output_ns=1_600_000)
-    _insert(conn, "model_configs", id=1, target_id=1, model="resnet", collected_at=T0,
-            max_batch_size=32, dynamic_batching=False, preferred_batch_sizes=[8],
-            max_queue_delay_us=0, priority_levels=0, default_queue_policy=None,
-            instance_count=1, instance_kind="KIND_GPU", backend="onnxruntime", platform=None,
-            raw_json='{"name": "resnet"}')
-    rated = {name: getattr(RATES, name) for name in (
-        "requests_per_s", "inferences_per_s", "executions_per_s", "fail_per_s", "avg_batch_size",
-        "queue_us_per_request", "compute_input_us_per_request", "compute_infer_us_per_request",
-        "compute_output_us_per_request", "request_us_per_request", "queue_share", "busy_share")}
+    _insert(
+        conn,
+        "model_samples",
+        id=2,
+        model_id=1,
+        collected_at=T0 + 5,
+        **METRICS,
+        **STATS,
+        **rate_columns,
+    )
+    _insert(
+        conn,
+        "batch_stats",
+        id=1,
+        model_sample_id=2,
+        batch_size=8,
+        exec_count=40,
+        compute_input_count=40,
+        compute_input_ns=800_000,
+        compute_infer_ns=80_000_000_000,
+        compute_output_count=40,
+        compute_output_ns=1_600_000,
+    )
+    _insert(
+        conn,
+        "model_configs",
+        id=1,
+        target_id=1,
+        model="resnet",
+        collected_at=T0,
+        max_batch_size=32,
+        dynamic_batching=False,
+        preferred_batch_sizes=[8],
+        max_queue_delay_us=0,
+        priority_levels=0,
+        default_queue_policy=None,
+        instance_count=1,
+        instance_kind="KIND_GPU",
+        backend="onnxruntime",
+        platform=None,
+        raw_json='{"name": "resnet"}',
+    )
+    rated = {
+        name: getattr(RATES, name)
+        for name in (
+            "requests_per_s",
+            "inferences_per_s",
+            "executions_per_s",
+            "fail_per_s",
+            "avg_batch_size",
+            "queue_us_per_request",
+            "compute_input_us_per_request",
+            "compute_infer_us_per_request",
+            "compute_output_us_per_request",
+            "request_us_per_request",
+            "queue_share",
+            "busy_share",
+        )
+    }
     peaks = {f"{k}_max": v for k, v in asdict(PEAKS).items()}
-    _insert(conn, "model_rollups", id=1, model_id=1, bucket_start=T0 - 60, bucket_s=60.0,
-            sample_count=6, rated_count=5, rated_s=28.0, pending_request_count=3.0,
-            pending_request_count_max=4.0, **rated, **peaks)
-    _insert(conn, "model_rollups", id=2, model_id=1, bucket_start=T0 - 120, bucket_s=60.0,
-            sample_count=1, rated_count=0, rated_s=0.0)
+    _insert(
+        conn,
+        "model_rollups",
+        id=1,
+        model_id=1,
+        bucket_start=T0 - 60,
+        bucket_s=60.0,
+        sample_count=6,
+        rated_count=5,
+        rated_s=28.0,
+        pending_request_count=3.0,
+        pending_request_count_max=4.0,
+        **rated,
+        **peaks,
+    )
+    _insert(
+        conn,
+        "model_rollups",
+        id=2,
+        model_id=1,
+        bucket_start=T0 - 120,
+        bucket_s=60.0,
+        sample_count=1,
+        rated_count=0,
+        rated_s=0.0,
+    )
     _insert(conn, "rollup_marks", kind="model", bucket_s=60.0, rolled_until=T0)
     # Findings and streaks were stored with their records' fields as columns.
     _insert(conn, "findings", id=1, created_at=T0 + 60, **asdict(QUEUE_FINDING))
     streak = DetectorStreak("queue_saturation", "triton-a", "resnet", 2, 0, T0, T0 + 60)
     _insert(conn, "detector_streaks", id=1, **asdict(streak))
     _old_recommendation(conn, recommendation("tune"), "tune")
-    _old_recommendation(conn, recommendation("probe", at=T0 + 1), "applied",
-                        applied_at=T0 + 30, verification={"verdict": "kept"})
-    _old_recommendation(conn, recommendation("tune", at=T0 + 2), "rolled_back",
-                        applied_at=T0 + 40, verification={"verdict": "p95 grew"})
+    _old_recommendation(
+        conn,
+        recommendation("probe", at=T0 + 1),
+        "applied",
+        applied_at=T0 + 30,
+        verification={"verdict": "kept"},
+    )
+    _old_recommendation(
+        conn,
+        recommendation("tune", at=T0 + 2),
+        "rolled_back",
+        applied_at=T0 + 40,
+        verification={"verdict": "p95 grew"},
+    )
     # Written by hand: ``change`` never held a whole recommendation.
-    _insert(conn, "recommendations", target="triton-a", model="mlp", created_at=T0 + 3,
-            change={"reason": "hand-written"}, predicted={"qps": 120.0, "p95_ms": 12.0},
-            confidence=0.5, config_fragment="max_batch_size: 32\n", status="proposed")
+    _insert(
+        conn,
+        "recommendations",
+        target="triton-a",
+        model="mlp",
+        created_at=T0 + 3,
+        change={"reason": "hand-written"},
+        predicted={"qps": 120.0, "p95_ms": 12.0},
+        confidence=0.5,
+        config_fragment="max_batch_size: 32\n",
+        status="proposed",
+    )
     if conn.dialect.name == "postgresql":
         # Rows above name their ids; a store would have drawn them from the sequences.
-        for table in ("targets", "target_transitions", "models", "model_samples",
-                      "batch_stats", "model_configs", "model_rollups", "findings",
-                      "detector_streaks"):
-            conn.execute(text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
-                              f"(SELECT max(id) FROM {table}))"))
+        for table in (
+            "targets",
+            "target_transitions",
+            "models",
+            "model_samples",
+            "batch_stats",
+            "model_configs",
+            "model_rollups",
+            "findings",
+            "detector_streaks",
+        ):
+            conn.execute(
+                text(
+                    f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                    f"(SELECT max(id) FROM {table}))"
+                )
+            )
 
 
 # --------------------------------------------------------------------------- tests
@@ -168,25 +316,32 @@ def test_an_old_database_is_upgraded_and_reads_back_intact(old_db: str) -> None:
     with Store(old_db) as store:
         [target] = store.targets()
         assert (target.name, target.kind, target.up, target.server_version) == (
-            "triton-a", "triton", True, "2.52.0")
+            "triton-a",
+            "triton",
+            True,
+            "2.52.0",
+        )
         assert target.sources == {"triton": True}
         first, second = store.model_samples()
         assert (first.rates, second.rates) == (None, RATES)
         assert second.metrics.request_failure_by_reason == {"REJECTED": 2.0}
-        assert second.metrics.summary_quantiles_us == {"nv_inference_queue_summary_us":
-                                                       {0.5: 10.0}}
+        assert second.metrics.summary_quantiles_us == {"nv_inference_queue_summary_us": {0.5: 10.0}}
         assert second.stats is not None and second.stats.success == Duration(100, 123_456_789_012)
         assert second.stats.batch_stats == (
-            BatchStat(8, Duration(40, 800_000), Duration(40, 80_000_000_000),
-                      Duration(40, 1_600_000)),)
+            BatchStat(
+                8, Duration(40, 800_000), Duration(40, 80_000_000_000), Duration(40, 1_600_000)
+            ),
+        )
         assert store.latest_model_configs()[("triton-a", "resnet")].config.raw_json == (
-            '{"name": "resnet"}')
+            '{"name": "resnet"}'
+        )
 
         unrated, rated = store.model_rollups()
         assert (unrated.sample_count, unrated.rates, unrated.peaks) == (1, None, None)
         # The rollup's averages are its rates now; the window is what rated_s was.
-        assert rated.rates == replace(RATES, window_s=28.0, resets=0,
-                                      fail_per_s_by_reason={"OTHER": 0.4})
+        assert rated.rates == replace(
+            RATES, window_s=28.0, resets=0, fail_per_s_by_reason={"OTHER": 0.4}
+        )
         assert rated.peaks == PEAKS
         assert (rated.pending_request_count, rated.pending_request_count_max) == (3.0, 4.0)
 
@@ -196,16 +351,31 @@ def test_an_old_database_is_upgraded_and_reads_back_intact(old_db: str) -> None:
 
         tune, probe, rolled_back, by_hand = store.recommendations()
         assert (tune.recommendation, tune.kind, tune.status) == (
-            recommendation("tune"), "tune", "open")
+            recommendation("tune"),
+            "tune",
+            "open",
+        )
         assert (probe.recommendation, probe.kind, probe.status, probe.applied_at) == (
-            recommendation("probe", at=T0 + 1), "probe", "kept", T0 + 30)
+            recommendation("probe", at=T0 + 1),
+            "probe",
+            "kept",
+            T0 + 30,
+        )
         assert probe.verification == {"verdict": "kept"}
         assert (rolled_back.kind, rolled_back.status, rolled_back.verification) == (
-            "tune", "rolled_back", {"verdict": "p95 grew"})
+            "tune",
+            "rolled_back",
+            {"verdict": "p95 grew"},
+        )
         assert (by_hand.kind, by_hand.status, by_hand.model) == ("tune", "open", "mlp")
         kept = by_hand.recommendation
-        assert (kept.reason, kept.predicted.qps, kept.predicted.p95_ms, kept.config_pbtxt,
-                kept.changes) == ("hand-written", 120.0, 12.0, "max_batch_size: 32\n", ())
+        assert (
+            kept.reason,
+            kept.predicted.qps,
+            kept.predicted.p95_ms,
+            kept.config_pbtxt,
+            kept.changes,
+        ) == ("hand-written", 120.0, 12.0, "max_batch_size: 32\n", ())
 
         # The upgraded database takes new writes, ids and rollup marks continuing.
         rid = store.add_recommendation(recommendation("no_change", at=T0 + 4))
@@ -257,8 +427,11 @@ def test_the_first_revision_is_the_schema_before_migrations(tmp_path: Path) -> N
         command.upgrade(alembic_config(conn), BASELINE_REVISION)
     with revision.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
-        diffs = [d for d in compare_metadata(context, made)
-                 if not (d[0] == "remove_table" and d[1].name == "alembic_version")]
+        diffs = [
+            d
+            for d in compare_metadata(context, made)
+            if not (d[0] == "remove_table" and d[1].name == "alembic_version")
+        ]
     assert diffs == []
     fixture.dispose()
     revision.dispose()

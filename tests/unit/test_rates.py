@@ -33,29 +33,60 @@ from collector.records import (
 )
 
 
-def sample(t: float, *, success: float, inferences: float, execs: float, queue_us: float,
-           request_us: float, infer_us: float = 0.0, failures: dict[str, float] | None = None,
-           batches: dict[int, tuple[int, int]] | None = None) -> ModelSample:
+def sample(
+    t: float,
+    *,
+    success: float,
+    inferences: float,
+    execs: float,
+    queue_us: float,
+    request_us: float,
+    infer_us: float = 0.0,
+    failures: dict[str, float] | None = None,
+    batches: dict[int, tuple[int, int]] | None = None,
+) -> ModelSample:
     stats = None
     if batches is not None:
         stats = ModelStats(
-            model="m", version="1", inference_count=int(inferences), execution_count=int(execs),
-            batch_stats=tuple(BatchStat(batch_size=size, compute_infer=Duration(count, ns))
-                              for size, (count, ns) in batches.items()))
+            model="m",
+            version="1",
+            inference_count=int(inferences),
+            execution_count=int(execs),
+            batch_stats=tuple(
+                BatchStat(batch_size=size, compute_infer=Duration(count, ns))
+                for size, (count, ns) in batches.items()
+            ),
+        )
     return ModelSample(
-        target="t", collected_at=t,
-        metrics=ModelMetrics(model="m", version="1", request_success=success,
-                             inference_count=inferences, exec_count=execs,
-                             queue_duration_us=queue_us, request_duration_us=request_us,
-                             compute_infer_duration_us=infer_us,
-                             request_failure_by_reason=failures or {}),
-        stats=stats)
+        target="t",
+        collected_at=t,
+        metrics=ModelMetrics(
+            model="m",
+            version="1",
+            request_success=success,
+            inference_count=inferences,
+            exec_count=execs,
+            queue_duration_us=queue_us,
+            request_duration_us=request_us,
+            compute_infer_duration_us=infer_us,
+            request_failure_by_reason=failures or {},
+        ),
+        stats=stats,
+    )
 
 
 def test_rates_between_two_samples() -> None:
     a = sample(100.0, success=1000, inferences=1000, execs=250, queue_us=5000, request_us=20000)
-    b = sample(110.0, success=3000, inferences=3000, execs=500, queue_us=45000,
-               request_us=100000, infer_us=30000, failures={"REJECTED": 20})
+    b = sample(
+        110.0,
+        success=3000,
+        inferences=3000,
+        execs=500,
+        queue_us=45000,
+        request_us=100000,
+        infer_us=30000,
+        failures={"REJECTED": 20},
+    )
     r = rates_between(a, b)
     assert r.window_s == 10.0
     assert r.requests_per_s == 200.0
@@ -70,8 +101,9 @@ def test_rates_between_two_samples() -> None:
 
 
 def test_reset_starts_a_new_segment_without_negative_or_spiking_rates() -> None:
-    before = sample(0.0, success=90_000, inferences=90_000, execs=90_000, queue_us=9e6,
-                    request_us=9e7)
+    before = sample(
+        0.0, success=90_000, inferences=90_000, execs=90_000, queue_us=9e6, request_us=9e7
+    )
     # Triton restarted between the samples: 500 requests since the restart.
     after = sample(5.0, success=500, inferences=500, execs=500, queue_us=5e4, request_us=5e5)
     assert is_reset(before, after)
@@ -100,27 +132,48 @@ def test_window_rates_sum_increases_across_a_reset() -> None:
 
 
 def test_busy_share_from_batch_stats_over_instances() -> None:
-    a = sample(0.0, success=0, inferences=0, execs=0, queue_us=0, request_us=0,
-               batches={1: (10, 10_000_000)})
+    a = sample(
+        0.0,
+        success=0,
+        inferences=0,
+        execs=0,
+        queue_us=0,
+        request_us=0,
+        batches={1: (10, 10_000_000)},
+    )
     # 2 s later: 100 more batch-8 executions of 10 ms each = 1 s of compute on 2 instances.
-    b = sample(2.0, success=800, inferences=800, execs=100, queue_us=0, request_us=1,
-               batches={1: (10, 10_000_000), 8: (100, 1_000_000_000)})
+    b = sample(
+        2.0,
+        success=800,
+        inferences=800,
+        execs=100,
+        queue_us=0,
+        request_us=1,
+        batches={1: (10, 10_000_000), 8: (100, 1_000_000_000)},
+    )
     r = rates_between(a, b, instance_count=2)
     assert r.busy_share == pytest.approx(0.25)
     assert rates_between(a, b).busy_share is None  # instance count unknown
 
 
 def test_batch_stats_increase_per_size_and_on_reset() -> None:
-    prev = (BatchStat(1, compute_infer=Duration(5, 500)),
-            BatchStat(4, compute_infer=Duration(2, 800)))
-    cur = (BatchStat(1, compute_infer=Duration(7, 700)),
-           BatchStat(4, compute_infer=Duration(2, 800)),
-           BatchStat(8, compute_infer=Duration(3, 3000)))
+    prev = (
+        BatchStat(1, compute_infer=Duration(5, 500)),
+        BatchStat(4, compute_infer=Duration(2, 800)),
+    )
+    cur = (
+        BatchStat(1, compute_infer=Duration(7, 700)),
+        BatchStat(4, compute_infer=Duration(2, 800)),
+        BatchStat(8, compute_infer=Duration(3, 3000)),
+    )
     inc = batch_stats_increase(prev, cur)
-    assert [(b.batch_size, b.exec_count, b.compute_infer.ns) for b in inc] == [(1, 2, 200),
-                                                                             (8, 3, 3000)]
-    after_reset = batch_stats_increase(prev, (BatchStat(1, compute_infer=Duration(1, 100)),),
-                                       reset=True)
+    assert [(b.batch_size, b.exec_count, b.compute_infer.ns) for b in inc] == [
+        (1, 2, 200),
+        (8, 3, 3000),
+    ]
+    after_reset = batch_stats_increase(
+        prev, (BatchStat(1, compute_infer=Duration(1, 100)),), reset=True
+    )
     assert [(b.batch_size, b.exec_count) for b in after_reset] == [(1, 1)]
 
 
@@ -134,13 +187,36 @@ def test_idle_window_has_zero_rates_and_no_ratios() -> None:
 
 def test_model_reload_resets_only_the_statistics_counters() -> None:
     # A reload restarts the statistics API's counters; the metrics endpoint keeps counting.
-    a = sample(0.0, success=10_000, inferences=10_000, execs=10_000, queue_us=1e6, request_us=1e7,
-               batches={1: (10_000, 50_000_000_000)})
-    b = sample(1.0, success=10_100, inferences=10_100, execs=10_050, queue_us=1.01e6,
-               request_us=1.01e7, batches={2: (50, 500_000_000)})
-    b = ModelSample(target=b.target, collected_at=b.collected_at, metrics=b.metrics,
-                    stats=ModelStats(model="m", version="1", inference_count=100,
-                                     execution_count=50, batch_stats=b.stats.batch_stats))
+    a = sample(
+        0.0,
+        success=10_000,
+        inferences=10_000,
+        execs=10_000,
+        queue_us=1e6,
+        request_us=1e7,
+        batches={1: (10_000, 50_000_000_000)},
+    )
+    b = sample(
+        1.0,
+        success=10_100,
+        inferences=10_100,
+        execs=10_050,
+        queue_us=1.01e6,
+        request_us=1.01e7,
+        batches={2: (50, 500_000_000)},
+    )
+    b = ModelSample(
+        target=b.target,
+        collected_at=b.collected_at,
+        metrics=b.metrics,
+        stats=ModelStats(
+            model="m",
+            version="1",
+            inference_count=100,
+            execution_count=50,
+            batch_stats=b.stats.batch_stats,
+        ),
+    )
     r = rates_between(a, b, instance_count=1)
     assert r.requests_per_s == 100.0  # not 10 100: the metrics counters did not reset
     assert r.avg_batch_size == 2.0
@@ -161,9 +237,20 @@ def busy_series() -> list[ModelSample]:
         (6.0, 40, 80, 20, 4_000, 9_000, 900, (20, 300_000_000)),  # reset
         (10.0, 440, 3_280, 420, 44_000, 99_000, 40_900, (420, 6_300_000_000)),
     ]
-    return [sample(t, success=s, inferences=i, execs=e, queue_us=q, request_us=r, infer_us=c,
-                   failures={"REJECTED": s / 10}, batches={8: b})
-            for t, s, i, e, q, r, c, b in rows]
+    return [
+        sample(
+            t,
+            success=s,
+            inferences=i,
+            execs=e,
+            queue_us=q,
+            request_us=r,
+            infer_us=c,
+            failures={"REJECTED": s / 10},
+            batches={8: b},
+        )
+        for t, s, i, e, q, r, c, b in rows
+    ]
 
 
 def assert_rates_equal(a: ModelRates | None, b: ModelRates | None) -> None:
@@ -194,30 +281,45 @@ def test_increase_from_rates_inverts_rates_from_increase() -> None:
 def test_merge_of_two_halves_is_the_rate_over_the_whole_window() -> None:
     series = busy_series()
     whole = window_rates(series, instance_count=2)
-    halves = [window_rates(series[:3], instance_count=2),
-              window_rates(series[2:], instance_count=2)]
+    halves = [
+        window_rates(series[:3], instance_count=2),
+        window_rates(series[2:], instance_count=2),
+    ]
     assert all(h is not None for h in halves)
     assert_rates_equal(merge_over_time([h for h in halves if h is not None]), whole)
-    per_scrape = [rates_between(a, b, instance_count=2)
-                  for a, b in zip(series, series[1:], strict=False)]
+    per_scrape = [
+        rates_between(a, b, instance_count=2) for a, b in zip(series, series[1:], strict=False)
+    ]
     merged = merge_over_time(per_scrape)
     assert_rates_equal(merged, whole)
     assert merged is not None and merged.resets == 1 and merged.window_s == 10.0
 
 
 def test_merge_over_time_of_idle_and_unmeasured_parts() -> None:
-    idle = ModelRates(window_s=5.0, requests_per_s=0.0, inferences_per_s=0.0,
-                      executions_per_s=0.0, fail_per_s=0.0)
-    busy = ModelRates(window_s=5.0, requests_per_s=10.0, inferences_per_s=40.0,
-                      executions_per_s=5.0, fail_per_s=0.0, avg_batch_size=8.0,
-                      queue_us_per_request=100.0, request_us_per_request=400.0,
-                      queue_share=0.25, busy_share=0.5)
+    idle = ModelRates(
+        window_s=5.0, requests_per_s=0.0, inferences_per_s=0.0, executions_per_s=0.0, fail_per_s=0.0
+    )
+    busy = ModelRates(
+        window_s=5.0,
+        requests_per_s=10.0,
+        inferences_per_s=40.0,
+        executions_per_s=5.0,
+        fail_per_s=0.0,
+        avg_batch_size=8.0,
+        queue_us_per_request=100.0,
+        request_us_per_request=400.0,
+        queue_share=0.25,
+        busy_share=0.5,
+    )
     merged = merge_over_time([idle, busy])
     assert merged is not None
     assert merged.requests_per_s == 5.0 and merged.window_s == 10.0
     # Per-request figures over the requests: the idle half has none.
     assert (merged.avg_batch_size, merged.queue_us_per_request, merged.queue_share) == (
-        8.0, 100.0, 0.25)
+        8.0,
+        100.0,
+        0.25,
+    )
     # The busy share over the time it was measured only.
     assert merged.busy_share == 0.5
     assert merge_over_time([idle, idle]) == replace(idle, window_s=10.0)
@@ -226,24 +328,47 @@ def test_merge_over_time_of_idle_and_unmeasured_parts() -> None:
 
 
 def test_merge_over_series_adds_per_second_rates() -> None:
-    v1 = ModelRates(window_s=10.0, requests_per_s=30.0, inferences_per_s=30.0,
-                    executions_per_s=30.0, fail_per_s=1.0, fail_per_s_by_reason={"REJECTED": 1.0},
-                    avg_batch_size=1.0, queue_us_per_request=100.0,
-                    compute_input_us_per_request=10.0, compute_infer_us_per_request=800.0,
-                    compute_output_us_per_request=20.0, request_us_per_request=1_000.0,
-                    queue_share=0.1, busy_share=0.2, resets=1)
-    v2 = ModelRates(window_s=9.5, requests_per_s=10.0, inferences_per_s=40.0,
-                    executions_per_s=5.0, fail_per_s=0.5,
-                    fail_per_s_by_reason={"REJECTED": 0.25, "BACKEND": 0.25},
-                    avg_batch_size=8.0, queue_us_per_request=500.0,
-                    compute_input_us_per_request=30.0, compute_infer_us_per_request=1_400.0,
-                    compute_output_us_per_request=40.0, request_us_per_request=2_000.0,
-                    queue_share=0.25, busy_share=0.6)
+    v1 = ModelRates(
+        window_s=10.0,
+        requests_per_s=30.0,
+        inferences_per_s=30.0,
+        executions_per_s=30.0,
+        fail_per_s=1.0,
+        fail_per_s_by_reason={"REJECTED": 1.0},
+        avg_batch_size=1.0,
+        queue_us_per_request=100.0,
+        compute_input_us_per_request=10.0,
+        compute_infer_us_per_request=800.0,
+        compute_output_us_per_request=20.0,
+        request_us_per_request=1_000.0,
+        queue_share=0.1,
+        busy_share=0.2,
+        resets=1,
+    )
+    v2 = ModelRates(
+        window_s=9.5,
+        requests_per_s=10.0,
+        inferences_per_s=40.0,
+        executions_per_s=5.0,
+        fail_per_s=0.5,
+        fail_per_s_by_reason={"REJECTED": 0.25, "BACKEND": 0.25},
+        avg_batch_size=8.0,
+        queue_us_per_request=500.0,
+        compute_input_us_per_request=30.0,
+        compute_infer_us_per_request=1_400.0,
+        compute_output_us_per_request=40.0,
+        request_us_per_request=2_000.0,
+        queue_share=0.25,
+        busy_share=0.6,
+    )
     both = merge_over_series([v1, v2])
     assert both is not None
     assert both.window_s == 10.0  # the longest
     assert (both.requests_per_s, both.inferences_per_s, both.executions_per_s) == (
-        pytest.approx(40.0), pytest.approx(70.0), pytest.approx(35.0))
+        pytest.approx(40.0),
+        pytest.approx(70.0),
+        pytest.approx(35.0),
+    )
     assert both.fail_per_s == pytest.approx(1.5)
     assert both.fail_per_s_by_reason == pytest.approx({"REJECTED": 1.25, "BACKEND": 0.25})
     # Per request: weighted by requests (30 and 10 per second); batch size by executions.
@@ -260,23 +385,27 @@ def test_merge_over_series_adds_per_second_rates() -> None:
 
 def test_peak_rates_are_per_field_maxima() -> None:
     series = busy_series()
-    per_scrape = [rates_between(a, b, instance_count=1)
-                  for a, b in zip(series, series[1:], strict=False)]
+    per_scrape = [
+        rates_between(a, b, instance_count=1) for a, b in zip(series, series[1:], strict=False)
+    ]
     peaks = peak_rates(per_scrape)
     assert peaks is not None
     for f in fields(ModelPeaks):
         values = [getattr(r, f.name) for r in per_scrape if getattr(r, f.name) is not None]
         assert getattr(peaks, f.name) == max(values), f.name
     assert peak_rates([]) is None
-    idle = ModelRates(window_s=1.0, requests_per_s=0.0, inferences_per_s=0.0,
-                      executions_per_s=0.0, fail_per_s=0.0)
+    idle = ModelRates(
+        window_s=1.0, requests_per_s=0.0, inferences_per_s=0.0, executions_per_s=0.0, fail_per_s=0.0
+    )
     assert peak_rates([idle]) == ModelPeaks(requests_per_s=0.0)
 
 
 def test_bucket_rates_merge_the_stored_rates_of_each_bucket() -> None:
     raw = busy_series()
-    stored = [raw[0]] + [replace(b, rates=rates_between(a, b, instance_count=1))
-                         for a, b in zip(raw, raw[1:], strict=False)]
+    stored = [raw[0]] + [
+        replace(b, rates=rates_between(a, b, instance_count=1))
+        for a, b in zip(raw, raw[1:], strict=False)
+    ]
     buckets = bucket_rates(stored, since=0.0, until=10.0, bucket_s=5.5)
     # Bucket 0 holds the scrapes at 1 and 4 (the one at 0 has no rates), bucket 1 those
     # at 6 and 10 (the reset is inside it): each is the rate over its scrapes' windows.

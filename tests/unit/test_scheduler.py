@@ -67,13 +67,20 @@ def stalled_url() -> Iterator[str]:
         sock.close()
 
 
-def test_stalled_target_does_not_delay_the_healthy_one(tmp_path: Path, healthy_url: str,
-                                                       stalled_url: str) -> None:
+def test_stalled_target_does_not_delay_the_healthy_one(
+    tmp_path: Path, healthy_url: str, stalled_url: str
+) -> None:
     interval = 0.25
     healthy = target_from_url(healthy_url, healthy_url + "/metrics", name="healthy")
     stalled = target_from_url(stalled_url, stalled_url + "/metrics", name="stalled")
-    settings = Settings(targets=(healthy, stalled), db_url=f"sqlite:///{tmp_path}/s.db",
-                        interval_s=interval, timeout_s=1.5, jitter_s=0.0, backoff_max_s=0.5)
+    settings = Settings(
+        targets=(healthy, stalled),
+        db_url=f"sqlite:///{tmp_path}/s.db",
+        interval_s=interval,
+        timeout_s=1.5,
+        jitter_s=0.0,
+        backoff_max_s=0.5,
+    )
     store = Store(settings.db_url)
     sources = [TritonSource(t, timeout_s=settings.timeout_s) for t in settings.targets]
     service = CollectorService(settings, store, sources)
@@ -104,8 +111,9 @@ def test_dead_target_backs_off_exponentially(tmp_path: Path) -> None:
     port = sock.getsockname()[1]
     sock.close()  # nothing listens here now: connection refused
     dead = target_from_url(f"http://127.0.0.1:{port}", name="dead")
-    settings = Settings(targets=(dead,), db_url=f"sqlite:///{tmp_path}/d.db", interval_s=1.0,
-                        backoff_max_s=8.0)
+    settings = Settings(
+        targets=(dead,), db_url=f"sqlite:///{tmp_path}/d.db", interval_s=1.0, backoff_max_s=8.0
+    )
     store = Store(settings.db_url)
     now = [1000.0]
     source = TritonSource(dead, timeout_s=0.5)
@@ -135,8 +143,10 @@ class _HostLike:
     target = "triton-a"
 
     def collect(self) -> list[ProcessSample | HostFacts]:
-        return [ProcessSample(source="host", pid=42, role="server", cpu_pct=150.0),
-                HostFacts(target=self.target, collected_at=1000.0, cpu_count=12)]
+        return [
+            ProcessSample(source="host", pid=42, role="server", cpu_pct=150.0),
+            HostFacts(target=self.target, collected_at=1000.0, cpu_count=12),
+        ]
 
     def close(self) -> None:
         pass
@@ -172,8 +182,11 @@ def test_stored_rates_come_from_the_rates_module(tmp_path: Path, healthy_url: st
         instances = store.latest_model_configs()[("triton-a", "resnet50")].config.instance_count
         # Both scrapes read the same fixture, so the counters stand still; the stored
         # rates are exactly what the rates module makes of the pair.
-        expected = rates_between(replace(samples[0], rates=None), replace(samples[1], rates=None),
-                                 instance_count=instances)
+        expected = rates_between(
+            replace(samples[0], rates=None),
+            replace(samples[1], rates=None),
+            instance_count=instances,
+        )
         assert samples[1].rates == expected
     finally:
         store.close()

@@ -29,10 +29,16 @@ GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "status_golden.js
 
 def _config(model: str, *, batching: bool) -> ModelConfig:
     doc = {"name": model, "max_batch_size": 8}
-    return ModelConfig(model=model, max_batch_size=8, dynamic_batching=batching,
-                       preferred_batch_sizes=(4,) if batching else (),
-                       max_queue_delay_us=100 if batching else 0, instance_count=1,
-                       instance_kind="KIND_GPU", raw_json=json.dumps(doc))
+    return ModelConfig(
+        model=model,
+        max_batch_size=8,
+        dynamic_batching=batching,
+        preferred_batch_sizes=(4,) if batching else (),
+        max_queue_delay_us=100 if batching else 0,
+        instance_count=1,
+        instance_kind="KIND_GPU",
+        raw_json=json.dumps(doc),
+    )
 
 
 def _metrics(model: str, version: str, i: int) -> ModelMetrics:
@@ -40,19 +46,32 @@ def _metrics(model: str, version: str, i: int) -> ModelMetrics:
     1 ms per request of which 250 µs queued, 0.4 rejections/s."""
     n = 100.0 * i
     return ModelMetrics(
-        model=model, version=version, request_success=n, inference_count=2 * n,
-        exec_count=n / 2, request_duration_us=1000 * n, queue_duration_us=250 * n,
-        compute_input_duration_us=50 * n, compute_infer_duration_us=700 * n,
-        request_failure_by_reason={"REJECTED": 2.0 * i}, pending_request_count=3.0)
+        model=model,
+        version=version,
+        request_success=n,
+        inference_count=2 * n,
+        exec_count=n / 2,
+        request_duration_us=1000 * n,
+        queue_duration_us=250 * n,
+        compute_input_duration_us=50 * n,
+        compute_infer_duration_us=700 * n,
+        request_failure_by_reason={"REJECTED": 2.0 * i},
+        pending_request_count=3.0,
+    )
 
 
 def _stats(model: str, version: str, i: int) -> ModelStats:
     """Batches of 4 that keep one instance busy half the time."""
     executions = 50 * i
-    return ModelStats(model=model, version=version, inference_count=200 * i,
-                      execution_count=executions, batch_stats=(BatchStat(
-                          batch_size=4,
-                          compute_infer=Duration(executions, 2_500_000_000 * i)),))
+    return ModelStats(
+        model=model,
+        version=version,
+        inference_count=200 * i,
+        execution_count=executions,
+        batch_stats=(
+            BatchStat(batch_size=4, compute_infer=Duration(executions, 2_500_000_000 * i)),
+        ),
+    )
 
 
 def _seed(store: Store) -> None:
@@ -61,43 +80,116 @@ def _seed(store: Store) -> None:
     processes, one of them triton-a's server; host-2's NVML sees GPU-B (triton-b's)."""
     for i in range(3):
         at = T0 + 5 * i
-        store.write_triton(TritonSnapshot(
-            target="triton-a", collected_at=at,
-            model_metrics=(_metrics("m", "1", i),) + ((ModelMetrics(
-                model="solo", version="1", request_success=5.0),) if i == 2 else ()),
-            model_stats=(_stats("m", "1", i),),
-            model_configs=(_config("m", batching=True),),
-            gpus=(DeviceSample(source="triton", uuid="GPU-A", index=0,
-                               utilization_gpu_pct=40.0),)))
-        store.write_triton(TritonSnapshot(
-            target="triton-b", collected_at=at, model_metrics=(_metrics("m", "2", i),),
-            model_configs=(_config("m", batching=False),),
-            gpus=(DeviceSample(source="triton", uuid="GPU-B", index=0,
-                               utilization_gpu_pct=90.0),)))
-        store.write_devices("host-1", at, [DeviceSample(
-            source="nvml", uuid="GPU-A", index=0, name="H200", utilization_gpu_pct=40.0,
-            sm_active_pct=35.0, memory_used_bytes=2**30, memory_total_bytes=2**37,
-            power_w=150.0)])
-        store.write_devices("host-2", at, [DeviceSample(
-            source="nvml", uuid="GPU-B", index=0, name="H200", utilization_gpu_pct=90.0)])
-        store.write_processes("host-1", at, [
-            ProcessSample(source="nvml", pid=77, role="gpu", gpu_uuid="GPU-A",
-                          sm_util_pct=30.0, mem_util_pct=10.0, gpu_memory_bytes=2**30),
-            ProcessSample(source="nvml", pid=99, role="gpu", gpu_uuid="GPU-A",
-                          sm_util_pct=5.0)])
-        store.write_processes("triton-a", at, [
-            ProcessSample(source="host", pid=77, role="server", cpu_pct=10.0 + 10.0 * i,
-                          rss_bytes=2**28),
-            ProcessSample(source="host", pid=78, role="stub", model="m",
-                          instance_name="m_0_0", cpu_pct=50.0, rss_bytes=2**27),
-        ] + ([ProcessSample(source="host", pid=60, role="stub", model="gone")] if i == 0
-             else []))
-        store.write_processes("triton-b", at, [
-            ProcessSample(source="host", pid=77, role="server", cpu_pct=5.0)])
-    store.record_scrape("triton-a", "triton", kind="triton", started_at=T0 + 10,
-                        duration_s=0.1, error_kind=None, error=None)
-    store.record_scrape("triton-b", "triton", kind="triton", started_at=T0 + 10,
-                        duration_s=0.1, error_kind="connection", error="refused")
+        store.write_triton(
+            TritonSnapshot(
+                target="triton-a",
+                collected_at=at,
+                model_metrics=(_metrics("m", "1", i),)
+                + (
+                    (ModelMetrics(model="solo", version="1", request_success=5.0),)
+                    if i == 2
+                    else ()
+                ),
+                model_stats=(_stats("m", "1", i),),
+                model_configs=(_config("m", batching=True),),
+                gpus=(
+                    DeviceSample(source="triton", uuid="GPU-A", index=0, utilization_gpu_pct=40.0),
+                ),
+            )
+        )
+        store.write_triton(
+            TritonSnapshot(
+                target="triton-b",
+                collected_at=at,
+                model_metrics=(_metrics("m", "2", i),),
+                model_configs=(_config("m", batching=False),),
+                gpus=(
+                    DeviceSample(source="triton", uuid="GPU-B", index=0, utilization_gpu_pct=90.0),
+                ),
+            )
+        )
+        store.write_devices(
+            "host-1",
+            at,
+            [
+                DeviceSample(
+                    source="nvml",
+                    uuid="GPU-A",
+                    index=0,
+                    name="H200",
+                    utilization_gpu_pct=40.0,
+                    sm_active_pct=35.0,
+                    memory_used_bytes=2**30,
+                    memory_total_bytes=2**37,
+                    power_w=150.0,
+                )
+            ],
+        )
+        store.write_devices(
+            "host-2",
+            at,
+            [
+                DeviceSample(
+                    source="nvml", uuid="GPU-B", index=0, name="H200", utilization_gpu_pct=90.0
+                )
+            ],
+        )
+        store.write_processes(
+            "host-1",
+            at,
+            [
+                ProcessSample(
+                    source="nvml",
+                    pid=77,
+                    role="gpu",
+                    gpu_uuid="GPU-A",
+                    sm_util_pct=30.0,
+                    mem_util_pct=10.0,
+                    gpu_memory_bytes=2**30,
+                ),
+                ProcessSample(source="nvml", pid=99, role="gpu", gpu_uuid="GPU-A", sm_util_pct=5.0),
+            ],
+        )
+        store.write_processes(
+            "triton-a",
+            at,
+            [
+                ProcessSample(
+                    source="host", pid=77, role="server", cpu_pct=10.0 + 10.0 * i, rss_bytes=2**28
+                ),
+                ProcessSample(
+                    source="host",
+                    pid=78,
+                    role="stub",
+                    model="m",
+                    instance_name="m_0_0",
+                    cpu_pct=50.0,
+                    rss_bytes=2**27,
+                ),
+            ]
+            + ([ProcessSample(source="host", pid=60, role="stub", model="gone")] if i == 0 else []),
+        )
+        store.write_processes(
+            "triton-b", at, [ProcessSample(source="host", pid=77, role="server", cpu_pct=5.0)]
+        )
+    store.record_scrape(
+        "triton-a",
+        "triton",
+        kind="triton",
+        started_at=T0 + 10,
+        duration_s=0.1,
+        error_kind=None,
+        error=None,
+    )
+    store.record_scrape(
+        "triton-b",
+        "triton",
+        kind="triton",
+        started_at=T0 + 10,
+        duration_s=0.1,
+        error_kind="connection",
+        error="refused",
+    )
 
 
 @pytest.fixture
@@ -134,7 +226,8 @@ def test_model_status_holds_its_rates_and_config(report: StatusReport) -> None:
 
 
 def test_two_targets_with_the_same_pid_do_not_get_each_others_gpu_readings(
-        report: StatusReport) -> None:
+    report: StatusReport,
+) -> None:
     """NVML's reading of pid 77 on host-1 joins triton-a's server (triton-a reports
     GPU-A, which host-1's NVML sees), never triton-b's pid 77 on another machine."""
     by_key = {(p.target, p.sample.pid): p for p in report.processes}
@@ -151,7 +244,10 @@ def test_two_targets_with_the_same_pid_do_not_get_each_others_gpu_readings(
 
 def test_devices_hold_their_latest_sample(report: StatusReport) -> None:
     assert [(d.target, d.sample.source, d.sample.uuid) for d in report.devices] == [
-        ("host-1", "nvml", "GPU-A"), ("host-2", "nvml", "GPU-B"),
-        ("triton-a", "triton", "GPU-A"), ("triton-b", "triton", "GPU-B")]
+        ("host-1", "nvml", "GPU-A"),
+        ("host-2", "nvml", "GPU-B"),
+        ("triton-a", "triton", "GPU-A"),
+        ("triton-b", "triton", "GPU-B"),
+    ]
     assert report.devices[0].sample.sm_active_pct == 35.0
     assert report.devices[0].last_sample_at == T0 + 10

@@ -47,8 +47,16 @@ from collector.store import (
 )
 
 T0 = 1_700_000_040.0  # a multiple of 60, so buckets are easy to reason about
-QUEUE_FINDING = Finding("queue_saturation", "warning", "triton-a", "resnet",
-                        "queue 60% of request time", T0, T0 + 60, {"queue_share": 0.6})
+QUEUE_FINDING = Finding(
+    "queue_saturation",
+    "warning",
+    "triton-a",
+    "resnet",
+    "queue 60% of request time",
+    T0,
+    T0 + 60,
+    {"queue_share": 0.6},
+)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -355,12 +363,26 @@ def test_process_buckets_average_per_process_and_bucket(store: Store) -> None:
     """Buckets count from ``since`` (floor, also where the database's CAST would
     round); averages skip missing readings; bounds are inclusive."""
     for i in range(12):  # every 5 s from T0: cpu 10, 20, ..., 120
-        store.write_processes("host-1", T0 + 5 * i, [
-            ProcessSample(source="host", pid=7, role="stub", model="m",
-                          instance_name="m_0_0", cpu_pct=10.0 * (i + 1)),
-            ProcessSample(source="host", pid=8, role="server",
-                          cpu_pct=None if i in (3, 9, 10, 11) else 50.0),
-        ])
+        store.write_processes(
+            "host-1",
+            T0 + 5 * i,
+            [
+                ProcessSample(
+                    source="host",
+                    pid=7,
+                    role="stub",
+                    model="m",
+                    instance_name="m_0_0",
+                    cpu_pct=10.0 * (i + 1),
+                ),
+                ProcessSample(
+                    source="host",
+                    pid=8,
+                    role="server",
+                    cpu_pct=None if i in (3, 9, 10, 11) else 50.0,
+                ),
+            ],
+        )
     cells = store.process_buckets(since=T0 + 5, until=T0 + 50, bucket_s=20.0)
     stub = [(c.bucket, c.sample_count, c.cpu_pct) for c in cells if c.pid == 7]
     # T0+5..T0+20 -> bucket 0 (samples 2..4), T0+25..T0+40 -> 1, T0+45..T0+50 -> 2.
@@ -368,7 +390,8 @@ def test_process_buckets_average_per_process_and_bucket(store: Store) -> None:
     server = [(c.bucket, c.cpu_pct) for c in cells if c.pid == 8]
     assert server == [(0, 50.0), (1, 50.0), (2, None)]
     assert {(c.target, c.role, c.instance_name) for c in cells if c.pid == 7} == {
-        ("host-1", "stub", "m_0_0")}
+        ("host-1", "stub", "m_0_0")
+    }
     assert all(c.sm_util_pct is None for c in cells)
     assert {(c.source, c.rss_bytes) for c in cells} == {("host", None)}  # means only
     with pytest.raises(ValueError, match="bucket_s"):
@@ -376,9 +399,14 @@ def test_process_buckets_average_per_process_and_bucket(store: Store) -> None:
 
 
 def test_findings_and_recommendations_read_back(store: Store) -> None:
-    idle = replace(QUEUE_FINDING, kind="idle_capacity", subject="GPU-aaaa",
-                   summary="GPU idle 92% of the last hour", window_end=T0 + 3600,
-                   evidence={"sm_active_pct": 4.5, "samples": 720})
+    idle = replace(
+        QUEUE_FINDING,
+        kind="idle_capacity",
+        subject="GPU-aaaa",
+        summary="GPU idle 92% of the last hour",
+        window_end=T0 + 3600,
+        evidence={"sm_active_pct": 4.5, "samples": 720},
+    )
     fid = store.add_finding(idle, created_at=T0 + 3600)
     rid = store.add_recommendation(a_recommendation())
     [finding] = store.findings(target="triton-a")
@@ -404,36 +432,61 @@ def test_findings_and_recommendations_read_back(store: Store) -> None:
 
 def a_recommendation(kind: str = "tune", created_at: float = T0 + 3600) -> Recommendation:
     """Every field set, nested records and evidence of every JSON type included."""
-    current = BatcherConfig(max_batch_size=32, dynamic_batching=True,
-                            preferred_batch_sizes=(8, 16), max_queue_delay_us=100)
+    current = BatcherConfig(
+        max_batch_size=32,
+        dynamic_batching=True,
+        preferred_batch_sizes=(8, 16),
+        max_queue_delay_us=100,
+    )
     proposed = replace(current, max_queue_delay_us=500, instance_count=2)
     return Recommendation(
-        target="triton-a", model="resnet", created_at=created_at, kind=kind,
-        changes=(ConfigChange("max_queue_delay_us", 100, 500),
-                 ConfigChange("instance_count", 1, 2)),
-        current_config=current, proposed_config=proposed,
-        current=Prediction(qps=2000.0, p95_ms=25.0, p50_ms=11.0, avg_batch_size=6.5,
-                           busy_share=0.7),
-        predicted=Prediction(qps=2450.0, p95_ms=21.0), confidence=0.8,
-        reason="batches of 8 cost little more than batches of 1", slo_p95_ms=30.0,
+        target="triton-a",
+        model="resnet",
+        created_at=created_at,
+        kind=kind,
+        changes=(
+            ConfigChange("max_queue_delay_us", 100, 500),
+            ConfigChange("instance_count", 1, 2),
+        ),
+        current_config=current,
+        proposed_config=proposed,
+        current=Prediction(
+            qps=2000.0, p95_ms=25.0, p50_ms=11.0, avg_batch_size=6.5, busy_share=0.7
+        ),
+        predicted=Prediction(qps=2450.0, p95_ms=21.0),
+        confidence=0.8,
+        reason="batches of 8 cost little more than batches of 1",
+        slo_p95_ms=30.0,
         config_pbtxt="dynamic_batching { max_queue_delay_microseconds: 500 }",
         config_json='{"name": "resnet"}',
-        evidence={"fit_points": 4, "r2": 0.98, "source": "batch_stats", "probe": False,
-                  "slo": None})
+        evidence={
+            "fit_points": 4,
+            "r2": 0.98,
+            "source": "batch_stats",
+            "probe": False,
+            "slo": None,
+        },
+    )
 
 
 def test_recommendation_outcome_is_its_status(store: Store) -> None:
     rid = store.add_recommendation(a_recommendation())
     other = store.add_recommendation(a_recommendation("probe", created_at=T0 + 4000))
     done = store.record_recommendation_outcome(
-        rid, outcome="rolled_back", at=T0 + 3700, verification={"verdict": "p95 grew"})
+        rid, outcome="rolled_back", at=T0 + 3700, verification={"verdict": "p95 grew"}
+    )
     assert (done.status, done.applied_at, done.verification, done.kind) == (
-        "rolled_back", T0 + 3700, {"verdict": "p95 grew"}, "tune")
+        "rolled_back",
+        T0 + 3700,
+        {"verdict": "p95 grew"},
+        "tune",
+    )
     assert done.recommendation == a_recommendation()
     assert [r.id for r in store.recommendations(status="open")] == [other]
     assert store.recommendations(status="rolled_back") == [done]
-    failed = store.record_recommendation_outcome(other, outcome="failed", at=T0 + 4100,
-                                                 verification=None)
+    failed = store.record_recommendation_outcome(
+        other, outcome="failed", at=T0 + 4100, verification=None
+    )
     assert (failed.status, failed.kind, failed.verification) == ("failed", "probe", None)
     with pytest.raises(ValueError, match="outcome"):
         store.record_recommendation_outcome(rid, outcome="probe", at=T0, verification=None)
@@ -724,8 +777,7 @@ def test_in_memory_sqlite_is_shared_between_threads() -> None:
 
 
 def add_open_finding(store: Store, kind: str = "queue_saturation", subject: str = "resnet") -> int:
-    return store.add_finding(replace(QUEUE_FINDING, kind=kind, subject=subject),
-                             created_at=T0 + 60)
+    return store.add_finding(replace(QUEUE_FINDING, kind=kind, subject=subject), created_at=T0 + 60)
 
 
 def test_finding_is_updated_then_resolved(store: Store) -> None:

@@ -503,6 +503,11 @@ def test_histogram_buckets_add_up_over_gpus(gpu_metrics_text: str) -> None:
     resnet, text_encoder = parse_metrics(gpu_metrics_text).models
     buckets = resnet.histogram_buckets["nv_inference_first_response_histogram_ms"]
     # Two GPUs: 1100 + 930 under 100 ms, 1200 + 1000 in all.
-    assert buckets == {100.0: 2030.0, 500.0: 2200.0, 2000.0: 2200.0, 5000.0: 2200.0,
-                       math.inf: 2200.0}
+    assert buckets == {
+        100.0: 2030.0,
+        500.0: 2200.0,
+        2000.0: 2200.0,
+        5000.0: 2200.0,
+        math.inf: 2200.0,
+    }
     assert set(text_encoder.histogram_buckets) == {"nv_inference_first_response_histogram_ms"}

@@ -30,12 +30,25 @@ Key = tuple[str, str, str]  # (kind, target, subject)
 Evidence = dict[str, float | int | str | bool | None]
 
 
-def _finding(kind: str, severity: str, subject: str, window: ModelWindow | DeviceWindow,
-             summary: str, evidence: Evidence) -> Finding:
+def _finding(
+    kind: str,
+    severity: str,
+    subject: str,
+    window: ModelWindow | DeviceWindow,
+    summary: str,
+    evidence: Evidence,
+) -> Finding:
     """A candidate finding about ``subject`` over its window."""
-    return Finding(kind=kind, severity=severity, target=window.target, subject=subject,
-                   summary=summary, window_start=window.window_start,
-                   window_end=window.window_end, evidence=evidence)
+    return Finding(
+        kind=kind,
+        severity=severity,
+        target=window.target,
+        subject=subject,
+        summary=summary,
+        window_start=window.window_start,
+        window_end=window.window_end,
+        evidence=evidence,
+    )
 
 
 def idle_capacity(window: DetectionWindow, settings: DetectorSettings) -> list[Finding]:
@@ -73,21 +86,28 @@ def _idle_device(d: DeviceWindow, settings: DetectorSettings) -> Finding | None:
         f"{unit} {d.uuid}: {reading} {d.mean_pct:.1f}% over "
         f"{d.window_end - d.window_start:.0f} s — {idle:.2f} {unit} idle {why}"
     )
-    return _finding(IDLE_CAPACITY, "warning" if has_traffic else "info", d.uuid, d, summary, {
-        "device_kind": d.kind,
-        "device_name": d.name,
-        "source": d.source,
-        "metric": d.metric,
-        "utilization_pct": d.mean_pct,
-        "utilization_pct_max": d.max_pct,
-        "idle_threshold_pct": settings.idle_util_pct,
-        "idle_devices": idle,
-        "traffic_rps": d.traffic_rps,
-        "traffic_targets": ",".join(d.traffic_targets),
-        "traffic_queue_share": d.traffic_queue_share,
-        "samples": d.samples,
-        "window_s": d.window_end - d.window_start,
-    })
+    return _finding(
+        IDLE_CAPACITY,
+        "warning" if has_traffic else "info",
+        d.uuid,
+        d,
+        summary,
+        {
+            "device_kind": d.kind,
+            "device_name": d.name,
+            "source": d.source,
+            "metric": d.metric,
+            "utilization_pct": d.mean_pct,
+            "utilization_pct_max": d.max_pct,
+            "idle_threshold_pct": settings.idle_util_pct,
+            "idle_devices": idle,
+            "traffic_rps": d.traffic_rps,
+            "traffic_targets": ",".join(d.traffic_targets),
+            "traffic_queue_share": d.traffic_queue_share,
+            "samples": d.samples,
+            "window_s": d.window_end - d.window_start,
+        },
+    )
 
 
 def _idle_model(m: ModelWindow, settings: DetectorSettings) -> Finding | None:
@@ -107,16 +127,23 @@ def _idle_model(m: ModelWindow, settings: DetectorSettings) -> Finding | None:
         f"{m.model}: {m.instances} instance(s) {busy:.0%} busy at {rps:.1f} req/s "
         f"over {m.rates.window_s:.0f} s — {idle:.2f} idle instance-equivalents; {why}"
     )
-    return _finding(IDLE_CAPACITY, "warning" if has_traffic else "info", m.model, m, summary, {
-        "busy_share": busy,
-        "idle_threshold_busy_share": settings.idle_busy_share,
-        "instance_count": m.instances,
-        "idle_instances": idle,
-        "requests_per_s": rps,
-        "queue_share": m.rates.queue_share,
-        "samples": m.samples,
-        "window_s": m.rates.window_s,
-    })
+    return _finding(
+        IDLE_CAPACITY,
+        "warning" if has_traffic else "info",
+        m.model,
+        m,
+        summary,
+        {
+            "busy_share": busy,
+            "idle_threshold_busy_share": settings.idle_busy_share,
+            "instance_count": m.instances,
+            "idle_instances": idle,
+            "requests_per_s": rps,
+            "queue_share": m.rates.queue_share,
+            "samples": m.samples,
+            "window_s": m.rates.window_s,
+        },
+    )
 
 
 def queue_saturation(window: DetectionWindow, settings: DetectorSettings) -> list[Finding]:
@@ -168,8 +195,9 @@ def _queue_saturation(m: ModelWindow, settings: DetectorSettings) -> Finding | N
         **(delay or {}),
     }
     summary = f"{m.model}: queue-delay saturation — {'; '.join(held.values())}"
-    return _finding(QUEUE_SATURATION, "critical" if critical else "warning", m.model, m,
-                    summary, evidence)
+    return _finding(
+        QUEUE_SATURATION, "critical" if critical else "warning", m.model, m, summary, evidence
+    )
 
 
 def _delay_limit(m: ModelWindow, settings: DetectorSettings) -> dict[str, float | int] | None:
@@ -239,18 +267,25 @@ def _batching_off(m: ModelWindow, settings: DetectorSettings) -> Finding | None:
         f"(max_batch_size {config.max_batch_size}); concurrent requests run "
         "one at a time"
     )
-    return _finding(BATCHING_OFF, "critical" if critical else "warning", m.model, m, summary, {
-        "in_server_requests": r.in_server,
-        "concurrency_threshold": settings.concurrency_min,
-        "pending_mean": m.pending_mean,
-        "requests_per_s": r.requests_per_s,
-        "avg_batch_size": r.avg_batch_size,
-        "queue_share": r.queue_share,
-        "max_batch_size": config.max_batch_size,
-        "instance_count": config.instance_count,
-        "samples": m.samples,
-        "window_s": r.window_s,
-    })
+    return _finding(
+        BATCHING_OFF,
+        "critical" if critical else "warning",
+        m.model,
+        m,
+        summary,
+        {
+            "in_server_requests": r.in_server,
+            "concurrency_threshold": settings.concurrency_min,
+            "pending_mean": m.pending_mean,
+            "requests_per_s": r.requests_per_s,
+            "avg_batch_size": r.avg_batch_size,
+            "queue_share": r.queue_share,
+            "max_batch_size": config.max_batch_size,
+            "instance_count": config.instance_count,
+            "samples": m.samples,
+            "window_s": r.window_s,
+        },
+    )
 
 
 def batch_below_preferred(window: DetectionWindow, settings: DetectorSettings) -> list[Finding]:
@@ -283,20 +318,26 @@ def _batch_below_preferred(m: ModelWindow, settings: DetectorSettings) -> Findin
         f"{r.in_server:.1f} requests in the server on average "
         f"(max_queue_delay {config.max_queue_delay_us} µs)"
     )
-    return _finding(BATCH_BELOW_PREFERRED, "warning" if queued else "info", m.model, m,
-                    summary, {
-        "avg_batch_size": avg,
-        "reference_batch_size": reference,
-        "reference": basis,
-        "batch_to_reference_ratio": avg / reference,
-        "in_server_requests": r.in_server,
-        "requests_per_s": r.requests_per_s,
-        "queue_share": r.queue_share,
-        "max_queue_delay_us": config.max_queue_delay_us,
-        "max_batch_size": config.max_batch_size,
-        "samples": m.samples,
-        "window_s": r.window_s,
-    })
+    return _finding(
+        BATCH_BELOW_PREFERRED,
+        "warning" if queued else "info",
+        m.model,
+        m,
+        summary,
+        {
+            "avg_batch_size": avg,
+            "reference_batch_size": reference,
+            "reference": basis,
+            "batch_to_reference_ratio": avg / reference,
+            "in_server_requests": r.in_server,
+            "requests_per_s": r.requests_per_s,
+            "queue_share": r.queue_share,
+            "max_queue_delay_us": config.max_queue_delay_us,
+            "max_batch_size": config.max_batch_size,
+            "samples": m.samples,
+            "window_s": r.window_s,
+        },
+    )
 
 
 def _queue_above(rates: ModelRates, share: float) -> bool:
@@ -304,9 +345,11 @@ def _queue_above(rates: ModelRates, share: float) -> bool:
     return rates.queue_share is not None and rates.queue_share > share
 
 
-def _per_model(window: DetectionWindow, settings: DetectorSettings,
-               detector: Callable[[ModelWindow, DetectorSettings], Finding | None],
-               ) -> list[Finding]:
+def _per_model(
+    window: DetectionWindow,
+    settings: DetectorSettings,
+    detector: Callable[[ModelWindow, DetectorSettings], Finding | None],
+) -> list[Finding]:
     found = [detector(m, settings) for m in window.models]
     return [f for f in found if f is not None]
 

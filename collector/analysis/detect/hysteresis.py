@@ -70,8 +70,14 @@ def _counts(streak: DetectorStreak, settings: DetectorSettings, now: float) -> b
     return now - streak.evaluated_at >= settings.min_gap_s
 
 
-def _holds(store: Store, streak: DetectorStreak, finding: StoredFinding | None,
-           candidate: Finding, settings: DetectorSettings, now: float) -> DetectorStreak:
+def _holds(
+    store: Store,
+    streak: DetectorStreak,
+    finding: StoredFinding | None,
+    candidate: Finding,
+    settings: DetectorSettings,
+    now: float,
+) -> DetectorStreak:
     """The condition holds: grow the streak; refresh the open finding, or open one once
     the streak is long enough."""
     if _counts(streak, settings, now):
@@ -105,8 +111,13 @@ def _holds(store: Store, streak: DetectorStreak, finding: StoredFinding | None,
     return streak
 
 
-def _clear(store: Store, streak: DetectorStreak, finding: StoredFinding | None,
-           settings: DetectorSettings, now: float) -> DetectorStreak | None:
+def _clear(
+    store: Store,
+    streak: DetectorStreak,
+    finding: StoredFinding | None,
+    settings: DetectorSettings,
+    now: float,
+) -> DetectorStreak | None:
     """Evaluated and clear: reset the holding streak, grow an open finding's clear
     streak and resolve it at ``clear_after``; ``None`` once resolved."""
     if _counts(streak, settings, now):
@@ -123,8 +134,13 @@ def _clear(store: Store, streak: DetectorStreak, finding: StoredFinding | None,
     return streak
 
 
-def _no_data(store: Store, streak: DetectorStreak, finding: StoredFinding | None,
-             settings: DetectorSettings, now: float) -> DetectorStreak | None:
+def _no_data(
+    store: Store,
+    streak: DetectorStreak,
+    finding: StoredFinding | None,
+    settings: DetectorSettings,
+    now: float,
+) -> DetectorStreak | None:
     """Not evaluated this time: nothing changes, but a stale open finding resolves and
     a stale streak is forgotten (``None``)."""
     if finding is not None:
@@ -152,8 +168,9 @@ def _active_by_key(store: Store, now: float) -> dict[Key, StoredFinding]:
     return active
 
 
-def detector_job(settings: DetectorSettings | None = None,
-                 ) -> Callable[[Store, float], list[StoredFinding]]:
+def detector_job(
+    settings: DetectorSettings | None = None,
+) -> Callable[[Store, float], list[StoredFinding]]:
     """The detectors as a scheduler analysis (``CollectorService(analyses=[...])``)."""
     chosen = settings or DetectorSettings()
 

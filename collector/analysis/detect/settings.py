@@ -159,8 +159,9 @@ def detector_settings(raw: Mapping[str, object]) -> DetectorSettings:
     known = {f.name for f in fields(DetectorSettings)}
     for key in raw:
         if key not in known:
-            raise ConfigError(f"analysis.{key}",
-                              f"unknown setting; known: {', '.join(sorted(known))}")
+            raise ConfigError(
+                f"analysis.{key}", f"unknown setting; known: {', '.join(sorted(known))}"
+            )
     # The values' types are checked by DetectorSettings.__post_init__, which names the
     # field of a bad one.
     return DetectorSettings(**raw)  # type: ignore[arg-type]

@@ -21,9 +21,16 @@ from collector.store import Store
 _RECOMMENDATION_JSON: TypeAdapter[Recommendation] = TypeAdapter(Recommendation)
 
 
-def recommend_model(store: Store, target: str, model: str, *, slo_p95_ms: float | None = None,
-                    window_s: float = 30.0, now: float | None = None,
-                    settings: RecommendSettings | None = None) -> Recommendation | None:
+def recommend_model(
+    store: Store,
+    target: str,
+    model: str,
+    *,
+    slo_p95_ms: float | None = None,
+    window_s: float = 30.0,
+    now: float | None = None,
+    settings: RecommendSettings | None = None,
+) -> Recommendation | None:
     """Observe ``model`` over the last ``window_s`` seconds and recommend; None when the
     store holds too little traffic for it."""
     settings = replace(settings or RecommendSettings(), window_s=window_s)
@@ -38,8 +45,9 @@ def store_recommendation(store: Store, rec: Recommendation) -> int:
     return store.add_recommendation(rec)
 
 
-def recommender_job(slo_p95_ms: Mapping[str, float] | None = None, *,
-                    window_s: float = 30.0) -> Callable[[Store, float], list[int]]:
+def recommender_job(
+    slo_p95_ms: Mapping[str, float] | None = None, *, window_s: float = 30.0
+) -> Callable[[Store, float], list[int]]:
     """The recommender as a scheduler analysis (``CollectorService(analyses=[...])``):
     a recommendation per model with enough traffic in the last ``window_s``, stored."""
     objectives = dict(slo_p95_ms or {})
@@ -49,10 +57,15 @@ def recommender_job(slo_p95_ms: Mapping[str, float] | None = None, *,
         for target in store.targets():
             if target.kind != "triton":
                 continue
-            for (_, model) in sorted(store.latest_model_configs(target.name)):
-                rec = recommend_model(store, target.name, model,
-                                      slo_p95_ms=objectives.get(model), window_s=window_s,
-                                      now=now)
+            for _, model in sorted(store.latest_model_configs(target.name)):
+                rec = recommend_model(
+                    store,
+                    target.name,
+                    model,
+                    slo_p95_ms=objectives.get(model),
+                    window_s=window_s,
+                    now=now,
+                )
                 if rec is not None:
                     stored.append(store_recommendation(store, rec))
         return stored

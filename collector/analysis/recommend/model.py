@@ -16,22 +16,35 @@ from collector.analysis.recommend.settings import DEFAULT_SETTINGS, RecommendSet
 from collector.records import BatcherConfig, Prediction
 
 
-def _service(obs: Observation, settings: RecommendSettings, *,
-             per_sample_ms: float | None = None, scale: float = 1.0) -> ServiceModel:
+def _service(
+    obs: Observation,
+    settings: RecommendSettings,
+    *,
+    per_sample_ms: float | None = None,
+    scale: float = 1.0,
+) -> ServiceModel:
     fit = obs.fit
     assert fit is not None
 
     def mean_ms(batch: int) -> float:
         return fit.mean_ms(batch, per_sample_ms=per_sample_ms) * scale
 
-    return ServiceModel(mean_ms=mean_ms, cv=max(fit.residual_cv, settings.service_cv_floor),
-                        cpu_fraction=obs.cpu_fraction,
-                        cores=obs.cores_available, overhead_ms=obs.overhead_ms * scale)
+    return ServiceModel(
+        mean_ms=mean_ms,
+        cv=max(fit.residual_cv, settings.service_cv_floor),
+        cpu_fraction=obs.cpu_fraction,
+        cores=obs.cores_available,
+        overhead_ms=obs.overhead_ms * scale,
+    )
 
 
-def _calibrated_scale(obs: Observation, load: OpenLoad | ClosedLoad,
-                      settings: RecommendSettings, *, per_sample_ms: float | None = None,
-                      ) -> float:
+def _calibrated_scale(
+    obs: Observation,
+    load: OpenLoad | ClosedLoad,
+    settings: RecommendSettings,
+    *,
+    per_sample_ms: float | None = None,
+) -> float:
     """The factor on service time that makes the model reproduce the observed mean
     request time under the current config.
 
@@ -46,9 +59,13 @@ def _calibrated_scale(obs: Observation, load: OpenLoad | ClosedLoad,
     lo, hi = math.log(0.25), math.log(4.0)
     for _ in range(8):
         mid = (lo + hi) / 2
-        result = _run(obs.batcher, _service(obs, settings, per_sample_ms=per_sample_ms,
-                                            scale=math.exp(mid)),
-                      load, settings.screen_requests, settings.seed)
+        result = _run(
+            obs.batcher,
+            _service(obs, settings, per_sample_ms=per_sample_ms, scale=math.exp(mid)),
+            load,
+            settings.screen_requests,
+            settings.seed,
+        )
         if result.mean_latency_ms < target_ms:
             lo = mid
         else:
@@ -56,8 +73,13 @@ def _calibrated_scale(obs: Observation, load: OpenLoad | ClosedLoad,
     return math.exp((lo + hi) / 2)
 
 
-def _calibrated(obs: Observation, settings: RecommendSettings, *, serial_share: float,
-                per_sample_ms: float | None = None) -> tuple[float, OpenLoad | ClosedLoad]:
+def _calibrated(
+    obs: Observation,
+    settings: RecommendSettings,
+    *,
+    serial_share: float,
+    per_sample_ms: float | None = None,
+) -> tuple[float, OpenLoad | ClosedLoad]:
     """Service-time scale and load that reproduce the current operating point.
 
     For a closed loop, ``serial_share`` of the least client time is the clients'
@@ -78,28 +100,38 @@ def _calibrated(obs: Observation, settings: RecommendSettings, *, serial_share: 
     return scale, load
 
 
-def _load(obs: Observation, serial_share: float = 0.0, *,
-          think_cv: float = 0.0) -> OpenLoad | ClosedLoad:
+def _load(
+    obs: Observation, serial_share: float = 0.0, *, think_cv: float = 0.0
+) -> OpenLoad | ClosedLoad:
     if obs.population is not None:
         serial = serial_share * obs.least_think_ms
         # A request waits (b − 1)/2 turns at the station on average: the start value
         # of the delay, which _calibrated then corrects.
-        turns = 1.0 + max((obs.rates.avg_batch_size or 1.0) / obs.request_batch - 1.0,
-                          0.0) / 2.0
-        return ClosedLoad(clients=obs.population,
-                          think_ms=max(obs.think_ms - serial * turns, 0.0),
-                          client_ms=serial, request_batch=obs.request_batch,
-                          think_cv=think_cv)
-    return OpenLoad(rate_per_s=obs.rates.requests_per_s, dispersion=max(obs.dispersion, 1.0),
-                    request_batch=obs.request_batch)
+        turns = 1.0 + max((obs.rates.avg_batch_size or 1.0) / obs.request_batch - 1.0, 0.0) / 2.0
+        return ClosedLoad(
+            clients=obs.population,
+            think_ms=max(obs.think_ms - serial * turns, 0.0),
+            client_ms=serial,
+            request_batch=obs.request_batch,
+            think_cv=think_cv,
+        )
+    return OpenLoad(
+        rate_per_s=obs.rates.requests_per_s,
+        dispersion=max(obs.dispersion, 1.0),
+        request_batch=obs.request_batch,
+    )
 
 
 def _as_prediction(result: SimResult) -> Prediction:
     # Closed loads: the simulated client-side latency (server time plus each request's
     # own client time); open loads: the server's.
-    return Prediction(qps=result.throughput_per_s, p95_ms=result.client_p95_ms,
-                      p50_ms=result.client_p50_ms, avg_batch_size=result.avg_batch_size,
-                      busy_share=result.busy_share)
+    return Prediction(
+        qps=result.throughput_per_s,
+        p95_ms=result.client_p95_ms,
+        p50_ms=result.client_p50_ms,
+        avg_batch_size=result.avg_batch_size,
+        busy_share=result.busy_share,
+    )
 
 
 @dataclass(frozen=True)
@@ -126,19 +158,31 @@ class BatcherModel:
     def scale(self) -> float:
         return sum(v.scale for v in self.variants) / len(self.variants)
 
-    def simulate(self, config: BatcherConfig, *,
-                 requests: int | None = None) -> list[SimResult]:
-        return [_run(config, v.service, v.load, requests or self.settings.final_requests,
-                     self.settings.seed) for v in self.variants]
+    def simulate(self, config: BatcherConfig, *, requests: int | None = None) -> list[SimResult]:
+        return [
+            _run(
+                config,
+                v.service,
+                v.load,
+                requests or self.settings.final_requests,
+                self.settings.seed,
+            )
+            for v in self.variants
+        ]
 
     def predict(self, config: BatcherConfig, *, requests: int | None = None) -> Prediction:
         """Client-side QPS and latency of ``config`` at the observed load."""
-        return _mean_prediction([_as_prediction(r)
-                                 for r in self.simulate(config, requests=requests)])
+        return _mean_prediction(
+            [_as_prediction(r) for r in self.simulate(config, requests=requests)]
+        )
 
 
-def batcher_model(obs: Observation, settings: RecommendSettings = DEFAULT_SETTINGS, *,
-                  per_sample_ms: float | None = None) -> BatcherModel | None:
+def batcher_model(
+    obs: Observation,
+    settings: RecommendSettings = DEFAULT_SETTINGS,
+    *,
+    per_sample_ms: float | None = None,
+) -> BatcherModel | None:
     """The model for ``obs``; None until two batch sizes were seen (the slope of the
     service time is unknown before) unless ``per_sample_ms`` supplies one."""
     if obs.fit is None or (obs.fit.per_sample_ms is None and per_sample_ms is None):
@@ -146,11 +190,15 @@ def batcher_model(obs: Observation, settings: RecommendSettings = DEFAULT_SETTIN
     shares = settings.client_serial_shares if obs.population is not None else (0.0,)
     variants = []
     for share in shares:
-        scale, load = _calibrated(obs, settings, serial_share=share,
-                                  per_sample_ms=per_sample_ms)
-        variants.append(BatcherVariant(
-            serial_share=share, load=load, scale=scale,
-            service=_service(obs, settings, per_sample_ms=per_sample_ms, scale=scale)))
+        scale, load = _calibrated(obs, settings, serial_share=share, per_sample_ms=per_sample_ms)
+        variants.append(
+            BatcherVariant(
+                serial_share=share,
+                load=load,
+                scale=scale,
+                service=_service(obs, settings, per_sample_ms=per_sample_ms, scale=scale),
+            )
+        )
     return BatcherModel(observation=obs, variants=tuple(variants), settings=settings)
 
 
@@ -164,9 +212,15 @@ def _mean_prediction(predictions: Sequence[Prediction]) -> Prediction:
         p95_ms=mean([p.p95_ms for p in predictions]),
         p50_ms=mean([p.p50_ms for p in predictions]),
         avg_batch_size=mean([p.avg_batch_size for p in predictions]),
-        busy_share=mean([p.busy_share for p in predictions]))
+        busy_share=mean([p.busy_share for p in predictions]),
+    )
 
 
-def _run(config: BatcherConfig, service: ServiceModel, load: OpenLoad | ClosedLoad,
-         requests: int, seed: int) -> SimResult:
+def _run(
+    config: BatcherConfig,
+    service: ServiceModel,
+    load: OpenLoad | ClosedLoad,
+    requests: int,
+    seed: int,
+) -> SimResult:
     return simulate(config, service, load, requests=requests, seed=seed)

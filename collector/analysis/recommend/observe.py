@@ -91,31 +91,44 @@ class Observation:
     evidence: Evidence = field(default_factory=dict)
 
 
-def observe_model(store: Store, target: str, model: str, *,
-                  settings: RecommendSettings = DEFAULT_SETTINGS,
-                  now: float | None = None) -> Observation | None:
+def observe_model(
+    store: Store,
+    target: str,
+    model: str,
+    *,
+    settings: RecommendSettings = DEFAULT_SETTINGS,
+    now: float | None = None,
+) -> Observation | None:
     """The model's latest window (ending at its newest sample before ``now``), or None
     when fewer than three samples or no requests were seen in it."""
     now = time.time() if now is None else now
-    return observation_from(read_history(store, target, model, settings=settings, now=now),
-                            settings)
+    return observation_from(
+        read_history(store, target, model, settings=settings, now=now), settings
+    )
 
 
-def read_history(store: Store, target: str, model: str, *, settings: RecommendSettings,
-                 now: float) -> ModelHistory:
+def read_history(
+    store: Store, target: str, model: str, *, settings: RecommendSettings, now: float
+) -> ModelHistory:
     """Everything the recommender reads of ``model`` on ``target``: the look-back
     ``[now - lookback_s, now]``."""
     since = now - settings.lookback_s
     return ModelHistory(
-        target=target, model=model, since=since, until=now,
+        target=target,
+        model=model,
+        since=since,
+        until=now,
         samples=tuple(store.model_samples(target=target, model=model, since=since, until=now)),
         config=store.latest_model_configs(target).get((target, model)),
         config_changes=tuple(
-            c.collected_at for c in store.model_configs(target=target, model=model))[1:],
-        processes=tuple(store.process_samples(target=target, model=model, source="host",
-                                              since=since, until=now)),
+            c.collected_at for c in store.model_configs(target=target, model=model)
+        )[1:],
+        processes=tuple(
+            store.process_samples(target=target, model=model, source="host", since=since, until=now)
+        ),
         servers=tuple(store.server_samples(target=target, since=since, until=now)),
-        host=store.host_facts(target))
+        host=store.host_facts(target),
+    )
 
 
 # ------------------------------------------------------------------ the pure part
@@ -149,16 +162,33 @@ def observation_from(history: ModelHistory, settings: RecommendSettings) -> Obse
     cpu = _cpu_share(history, config, rates, batcher, window[0].collected_at, end)
     summary_ok = not changed or end - stored.collected_at >= SUMMARY_MAX_AGE_S
     return Observation(
-        target=history.target, model=history.model, window_start=window[0].collected_at,
-        window_end=end, rates=rates, config=config, batcher=batcher, batch_increase=batches,
-        fit=fit_service_time(batches), in_server=rates.in_server, population=loop.population,
-        think_ms=loop.think_ms, least_think_ms=loop.least_think_ms,
-        request_batch=_request_batch(rates, batcher), dispersion=_dispersion(window),
-        overhead_ms=overhead_ms, cpu_fraction=cpu.fraction, cores_available=cpu.cores,
+        target=history.target,
+        model=history.model,
+        window_start=window[0].collected_at,
+        window_end=end,
+        rates=rates,
+        config=config,
+        batcher=batcher,
+        batch_increase=batches,
+        fit=fit_service_time(batches),
+        in_server=rates.in_server,
+        population=loop.population,
+        think_ms=loop.think_ms,
+        least_think_ms=loop.least_think_ms,
+        request_batch=_request_batch(rates, batcher),
+        dispersion=_dispersion(window),
+        overhead_ms=overhead_ms,
+        cpu_fraction=cpu.fraction,
+        cores_available=cpu.cores,
         server_p95_ms=_server_p95_ms(window[-1]) if summary_ok else None,
         pending_mean=gauge_mean(s.metrics.pending_request_count for s in window),
-        evidence={"saturated": loop.saturated, "exec_ms_window": exec_ms,
-                  "host_cpu_count": cpu.host_cpu_count, **cpu.evidence})
+        evidence={
+            "saturated": loop.saturated,
+            "exec_ms_window": exec_ms,
+            "host_cpu_count": cpu.host_cpu_count,
+            **cpu.evidence,
+        },
+    )
 
 
 def _summed_increase(samples: Sequence[ModelSample]) -> tuple[BatchStat, ...]:
@@ -167,17 +197,23 @@ def _summed_increase(samples: Sequence[ModelSample]) -> tuple[BatchStat, ...]:
         if cur.stats is None:
             continue
         reset = stats_reset(prev, cur) or prev.stats is None
-        for b in batch_stats_increase(prev.stats.batch_stats if prev.stats else None,
-                                      cur.stats.batch_stats, reset=reset):
+        for b in batch_stats_increase(
+            prev.stats.batch_stats if prev.stats else None, cur.stats.batch_stats, reset=reset
+        ):
             t = totals.setdefault(b.batch_size, [0, 0, 0, 0])
             t[0] += b.exec_count
             t[1] += b.compute_input.ns
             t[2] += b.compute_infer.ns
             t[3] += b.compute_output.ns
     return tuple(
-        BatchStat(batch_size=size, compute_input=Duration(t[0], t[1]),
-                  compute_infer=Duration(t[0], t[2]), compute_output=Duration(t[0], t[3]))
-        for size, t in sorted(totals.items()))
+        BatchStat(
+            batch_size=size,
+            compute_input=Duration(t[0], t[1]),
+            compute_infer=Duration(t[0], t[2]),
+            compute_output=Duration(t[0], t[3]),
+        )
+        for size, t in sorted(totals.items())
+    )
 
 
 def _request_batch(rates: ModelRates, batcher: BatcherConfig) -> int:
@@ -194,8 +230,9 @@ def _dispersion(window: Sequence[ModelSample]) -> float:
     increases = [increase_from_rates(s.rates) for s in window[1:] if s.rates]
     if len(increases) < 3:
         return 1.0
-    return arrival_stats([i.counters["request_success"] for i in increases],
-                         [i.seconds for i in increases]).dispersion
+    return arrival_stats(
+        [i.counters["request_success"] for i in increases], [i.seconds for i in increases]
+    ).dispersion
 
 
 def _server_p95_ms(newest: ModelSample) -> float | None:
@@ -246,39 +283,54 @@ def _population(points: Sequence[tuple[float, float]]) -> int:
     return max(1, math.ceil(max(in_server for _, in_server in points) - 0.05))
 
 
-def _saturated_stretches(history: ModelHistory, settings: RecommendSettings,
-                         ) -> list[ModelRates]:
+def _saturated_stretches(
+    history: ModelHistory,
+    settings: RecommendSettings,
+) -> list[ModelRates]:
     """Saturated stretches of the look-back, away from config changes (a reload
     stalls the clients): closed-loop operating points."""
     changes = history.config_changes
-    return [r for c in _chunks(history.samples, settings.window_s / 3)
-            if not any(c[0].collected_at - settings.settle_s <= t
-                       <= c[-1].collected_at + _RELOAD_LEAD_S for t in changes)
-            and (r := window_rates(c)) is not None and r.requests_per_s > 0
-            and (r.queue_share or 0.0) >= 0.2 and r.in_server >= 1.5]
+    return [
+        r
+        for c in _chunks(history.samples, settings.window_s / 3)
+        if not any(
+            c[0].collected_at - settings.settle_s <= t <= c[-1].collected_at + _RELOAD_LEAD_S
+            for t in changes
+        )
+        and (r := window_rates(c)) is not None
+        and r.requests_per_s > 0
+        and (r.queue_share or 0.0) >= 0.2
+        and r.in_server >= 1.5
+    ]
 
 
-def _closed_loop(history: ModelHistory, rates: ModelRates, batcher: BatcherConfig,
-                 settings: RecommendSettings) -> _ClosedLoop:
+def _closed_loop(
+    history: ModelHistory, rates: ModelRates, batcher: BatcherConfig, settings: RecommendSettings
+) -> _ClosedLoop:
     in_server = rates.in_server
     if not ((rates.queue_share or 0.0) >= 0.2 and in_server >= batcher.instance_count + 0.5):
         return _ClosedLoop(saturated=False)
     stretches = _saturated_stretches(history, settings)
-    population = _population([(r.requests_per_s, r.in_server) for r in stretches]
-                             + [(rates.requests_per_s, in_server)])
+    population = _population(
+        [(r.requests_per_s, r.in_server) for r in stretches] + [(rates.requests_per_s, in_server)]
+    )
     think_ms = max(population - in_server, 0.0) / rates.requests_per_s * 1000.0
     # The least client time is the one least inflated by queueing at the clients.
-    least_think_ms = min([max(population - r.in_server, 0.0) / r.requests_per_s * 1000.0
-                          for r in stretches] + [think_ms])
-    return _ClosedLoop(saturated=True, population=population, think_ms=think_ms,
-                       least_think_ms=least_think_ms)
+    least_think_ms = min(
+        [max(population - r.in_server, 0.0) / r.requests_per_s * 1000.0 for r in stretches]
+        + [think_ms]
+    )
+    return _ClosedLoop(
+        saturated=True, population=population, think_ms=think_ms, least_think_ms=least_think_ms
+    )
 
 
 # ------------------------------------------------------------------ the instances
 
 
-def _overhead(window: Sequence[ModelSample], rates: ModelRates, batcher: BatcherConfig, *,
-              saturated: bool) -> tuple[float | None, float]:
+def _overhead(
+    window: Sequence[ModelSample], rates: ModelRates, batcher: BatcherConfig, *, saturated: bool
+) -> tuple[float | None, float]:
     """(mean measured execution time in ms or None, instance time per execution
     outside it in ms)."""
     exec_ms = mean_execution_ms(_summed_increase(window))
@@ -299,8 +351,14 @@ class _CpuShare:
     evidence: Evidence = field(default_factory=dict)
 
 
-def _cpu_share(history: ModelHistory, config: ModelConfig, rates: ModelRates,
-               batcher: BatcherConfig, since: float, until: float) -> _CpuShare:
+def _cpu_share(
+    history: ModelHistory,
+    config: ModelConfig,
+    rates: ModelRates,
+    batcher: BatcherConfig,
+    since: float,
+    until: float,
+) -> _CpuShare:
     """CPU share of an execution and the cores left for the model, for CPU instances,
     over ``[since, until]``.
 
@@ -323,11 +381,14 @@ def _cpu_share(history: ModelHistory, config: ModelConfig, rates: ModelRates,
     busy_instances = rates.busy_share * batcher.instance_count
     fraction = min(model_cores / busy_instances, 1.0) if busy_instances > 0 else 0.0
     if host_cpu_count is None:
-        return _CpuShare(fraction=fraction, evidence={
-            "cpu_contention": "not modelled: the Triton host's CPU count is unknown"})
+        return _CpuShare(
+            fraction=fraction,
+            evidence={"cpu_contention": "not modelled: the Triton host's CPU count is unknown"},
+        )
     cores = float(host_cpu_count)
-    server_share = gauge_mean(s.metrics.cpu_utilization for s in history.servers
-                              if since <= s.collected_at <= until)
+    server_share = gauge_mean(
+        s.metrics.cpu_utilization for s in history.servers if since <= s.collected_at <= until
+    )
     if server_share is not None:
         used_by_others = max(server_share * cores - model_cores, 0.0)
         cores = max(cores - used_by_others, 0.25)

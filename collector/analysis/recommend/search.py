@@ -25,17 +25,29 @@ from collector.records import BatcherConfig, Prediction, Recommendation
 Scored = tuple[BatcherConfig, Prediction]
 
 
-def recommend_from_observation(obs: Observation, *, slo_p95_ms: float | None = None,
-                               settings: RecommendSettings = DEFAULT_SETTINGS,
-                               now: float | None = None) -> Recommendation:
+def recommend_from_observation(
+    obs: Observation,
+    *,
+    slo_p95_ms: float | None = None,
+    settings: RecommendSettings = DEFAULT_SETTINGS,
+    now: float | None = None,
+) -> Recommendation:
     """The best config for the observed load (see the package docstring)."""
-    draft = _Draft(obs, slo_p95_ms, time.time() if now is None else now, {
-        "in_server": round(obs.in_server, 2), "population": obs.population,
-        "think_ms": round(obs.think_ms, 3), "least_think_ms": round(obs.least_think_ms, 3),
-        "overhead_ms": round(obs.overhead_ms, 3),
-        "cpu_fraction": round(obs.cpu_fraction, 3), "cores_available": obs.cores_available,
-        "window_s": round(obs.window_end - obs.window_start, 1),
-    })
+    draft = _Draft(
+        obs,
+        slo_p95_ms,
+        time.time() if now is None else now,
+        {
+            "in_server": round(obs.in_server, 2),
+            "population": obs.population,
+            "think_ms": round(obs.think_ms, 3),
+            "least_think_ms": round(obs.least_think_ms, 3),
+            "overhead_ms": round(obs.overhead_ms, 3),
+            "cpu_fraction": round(obs.cpu_fraction, 3),
+            "cores_available": obs.cores_available,
+            "window_s": round(obs.window_end - obs.window_start, 1),
+        },
+    )
     if not has_own_batcher_choice(obs.config):
         return _left_alone(draft)
     if obs.fit is None or obs.fit.per_sample_ms is None:
@@ -52,19 +64,35 @@ class _Draft:
     now: float
     evidence: Evidence
 
-    def finish(self, kind: str, proposed: BatcherConfig, current: Prediction,
-               predicted: Prediction, reason: str, confidence: float,
-               evidence: Evidence | None = None) -> Recommendation:
+    def finish(
+        self,
+        kind: str,
+        proposed: BatcherConfig,
+        current: Prediction,
+        predicted: Prediction,
+        reason: str,
+        confidence: float,
+        evidence: Evidence | None = None,
+    ) -> Recommendation:
         obs = self.obs
         doc = config_with(obs.config.raw_json, proposed)
         return Recommendation(
-            target=obs.target, model=obs.model, created_at=self.now, kind=kind,
-            changes=config_changes(obs.batcher, proposed), current_config=obs.batcher,
-            proposed_config=proposed, current=current, predicted=predicted,
-            confidence=confidence, reason=reason, slo_p95_ms=self.slo_p95_ms,
+            target=obs.target,
+            model=obs.model,
+            created_at=self.now,
+            kind=kind,
+            changes=config_changes(obs.batcher, proposed),
+            current_config=obs.batcher,
+            proposed_config=proposed,
+            current=current,
+            predicted=predicted,
+            confidence=confidence,
+            reason=reason,
+            slo_p95_ms=self.slo_p95_ms,
             config_pbtxt=render_pbtxt(proposed, instance_kind=obs.config.instance_kind),
             config_json=json.dumps(doc, sort_keys=True),
-            evidence={**obs.evidence, **(evidence or self.evidence)})
+            evidence={**obs.evidence, **(evidence or self.evidence)},
+        )
 
 
 def _left_alone(draft: _Draft) -> Recommendation:
@@ -72,11 +100,12 @@ def _left_alone(draft: _Draft) -> Recommendation:
     batcher, decide how requests are grouped."""
     obs = draft.obs
     observed = _observed(obs, None)
-    what = ("an ensemble: its steps' models batch for it, so tune those"
-            if obs.config.platform == "ensemble"
-            else "sequence-batched: the sequence batcher owns batching")
-    return draft.finish("no_change", obs.batcher, observed, observed, f"this model is {what}",
-                        1.0)
+    what = (
+        "an ensemble: its steps' models batch for it, so tune those"
+        if obs.config.platform == "ensemble"
+        else "sequence-batched: the sequence batcher owns batching"
+    )
+    return draft.finish("no_change", obs.batcher, observed, observed, f"this model is {what}", 1.0)
 
 
 def _single_size(draft: _Draft, settings: RecommendSettings) -> Recommendation:
@@ -86,22 +115,31 @@ def _single_size(draft: _Draft, settings: RecommendSettings) -> Recommendation:
     obs, cur = draft.obs, draft.obs.batcher
     probe = replace(cur, dynamic_batching=True, preferred_batch_sizes=(), max_queue_delay_us=0)
     # Pessimistic bound: a batch of b costs b single executions (no gain).
-    bound = (batcher_model(obs, settings, per_sample_ms=obs.fit.intercept_ms)
-             if obs.fit is not None else None)
+    bound = (
+        batcher_model(obs, settings, per_sample_ms=obs.fit.intercept_ms)
+        if obs.fit is not None
+        else None
+    )
     observed = _observed(obs, bound.predict(cur) if bound is not None else None)
     concurrent = obs.in_server >= 1.5 or (obs.pending_mean or 0.0) >= 1.0
     if not cur.dynamic_batching and concurrent and cur.max_batch_size > 1:
         predicted = bound.predict(probe) if bound is not None else observed
-        reason = (f"{obs.in_server:.1f} requests are in the server at once on average but "
-                  f"run one at a time, and only batch size 1 has been seen, so how the "
-                  f"model's cost grows with batch size is not known yet. Dynamic batching "
-                  f"with no delay only groups requests that are already waiting (no added "
-                  f"wait); apply it to learn the cost curve, then ask again for the tuned "
-                  f"config. The prediction assumes the worst case, no gain.")
-        return draft.finish("probe", probe, observed, predicted, reason,
-                            _confidence(obs, probe, "probe"))
-    reason = ("requests do not overlap, so batching has nothing to group" if not concurrent
-              else "only batch size 1 has been seen; keep observing")
+        reason = (
+            f"{obs.in_server:.1f} requests are in the server at once on average but "
+            f"run one at a time, and only batch size 1 has been seen, so how the "
+            f"model's cost grows with batch size is not known yet. Dynamic batching "
+            f"with no delay only groups requests that are already waiting (no added "
+            f"wait); apply it to learn the cost curve, then ask again for the tuned "
+            f"config. The prediction assumes the worst case, no gain."
+        )
+        return draft.finish(
+            "probe", probe, observed, predicted, reason, _confidence(obs, probe, "probe")
+        )
+    reason = (
+        "requests do not overlap, so batching has nothing to group"
+        if not concurrent
+        else "only batch size 1 has been seen; keep observing"
+    )
     return draft.finish("no_change", cur, observed, observed, reason, 0.3)
 
 
@@ -115,10 +153,14 @@ def _tuned(draft: _Draft, fit: ServiceTimeFit, settings: RecommendSettings) -> R
     limit = slo if slo is not None else _p95(current_sim) * settings.latency_margin
     results, candidates = _search(model, obs, settings, limit)
     meeting = [(c, p) for c, p in results if _p95(p) <= limit]
-    evidence: Evidence = {**draft.evidence, "p95_limit_ms": round(limit, 3),
-                          "current_predicted_qps": round(current_sim.qps, 1),
-                          "current_predicted_p95_ms": round(_p95(current_sim), 3),
-                          "service_scale": round(model.scale, 3), "candidates": candidates}
+    evidence: Evidence = {
+        **draft.evidence,
+        "p95_limit_ms": round(limit, 3),
+        "current_predicted_qps": round(current_sim.qps, 1),
+        "current_predicted_p95_ms": round(_p95(current_sim), 3),
+        "service_scale": round(model.scale, 3),
+        "candidates": candidates,
+    }
     if not meeting:
         best_c, best_p = min(results, key=lambda cp: _p95(cp[1]))
     else:
@@ -127,38 +169,60 @@ def _tuned(draft: _Draft, fit: ServiceTimeFit, settings: RecommendSettings) -> R
     gain = best_p.qps / cur_p.qps if cur_p.qps > 0 else math.inf
     better_latency = _p95(best_p) < _p95(cur_p) * (1 - settings.min_gain)
     if best_c == cur or (gain < 1 + settings.min_gain and not better_latency):
-        return draft.finish("no_change", cur, observed, cur_p,
-                            _kept_reason(cur, cur_p, fit, settings),
-                            _confidence(obs, cur, "no_change"), evidence)
-    objective = (f"p95 ≤ {slo:g} ms" if slo is not None
-                 else f"p95 no more than {settings.latency_margin - 1:.0%} above the current")
-    cost = (f"an execution costs {fit.intercept_ms:.2f} ms fixed plus "
-            f"{fit.per_sample_ms:.2f} ms per sample (fitted from "
-            f"{fit.executions} executions at {len(fit.points)} batch sizes)")
+        return draft.finish(
+            "no_change",
+            cur,
+            observed,
+            cur_p,
+            _kept_reason(cur, cur_p, fit, settings),
+            _confidence(obs, cur, "no_change"),
+            evidence,
+        )
+    objective = (
+        f"p95 ≤ {slo:g} ms"
+        if slo is not None
+        else f"p95 no more than {settings.latency_margin - 1:.0%} above the current"
+    )
+    cost = (
+        f"an execution costs {fit.intercept_ms:.2f} ms fixed plus "
+        f"{fit.per_sample_ms:.2f} ms per sample (fitted from "
+        f"{fit.executions} executions at {len(fit.points)} batch sizes)"
+    )
     if not meeting:
-        reason = (f"no candidate meets the objective ({objective}); {_describe(best_c)} comes "
-                  f"closest with p95 {_p95(best_p):.1f} ms. " + cost)
+        reason = (
+            f"no candidate meets the objective ({objective}); {_describe(best_c)} comes "
+            f"closest with p95 {_p95(best_p):.1f} ms. " + cost
+        )
     else:
-        load_text = (f"{obs.population} concurrent clients" if obs.population is not None
-                     else f"{obs.rates.requests_per_s:.0f} requests/s")
-        reason = (f"{cost}. At the observed load ({load_text}) {_describe(best_c)} is "
-                  f"predicted to serve {best_p.qps:.0f} QPS ({gain:.2f}× the current "
-                  f"{cur_p.qps:.0f}) at p95 {_p95(best_p):.1f} ms (now {_p95(cur_p):.1f} ms), "
-                  f"within the objective ({objective}).")
-    return draft.finish("tune", best_c, observed, best_p, reason,
-                        _confidence(obs, best_c, "tune"), evidence)
+        load_text = (
+            f"{obs.population} concurrent clients"
+            if obs.population is not None
+            else f"{obs.rates.requests_per_s:.0f} requests/s"
+        )
+        reason = (
+            f"{cost}. At the observed load ({load_text}) {_describe(best_c)} is "
+            f"predicted to serve {best_p.qps:.0f} QPS ({gain:.2f}× the current "
+            f"{cur_p.qps:.0f}) at p95 {_p95(best_p):.1f} ms (now {_p95(cur_p):.1f} ms), "
+            f"within the objective ({objective})."
+        )
+    return draft.finish(
+        "tune", best_c, observed, best_p, reason, _confidence(obs, best_c, "tune"), evidence
+    )
 
 
-def _search(model: BatcherModel, obs: Observation, settings: RecommendSettings,
-            limit: float) -> tuple[list[Scored], int]:
+def _search(
+    model: BatcherModel, obs: Observation, settings: RecommendSettings, limit: float
+) -> tuple[list[Scored], int]:
     """Every candidate screened with short runs; the finalists (and the current
     config) predicted with full runs. Returns the finalists' predictions and the
     number of candidates screened."""
-    screened = [(candidate, model.predict(candidate, requests=settings.screen_requests))
-                for candidate in _candidates(obs, settings)]
+    screened = [
+        (candidate, model.predict(candidate, requests=settings.screen_requests))
+        for candidate in _candidates(obs, settings)
+    ]
     # The finalists get longer runs; near-ties go to the simpler, cheaper config.
     screened.sort(key=lambda cp: -cp[1].qps if _p95(cp[1]) <= limit * 1.05 else _p95(cp[1]))
-    finalists = [c for c, _ in screened[:settings.finalists]]
+    finalists = [c for c, _ in screened[: settings.finalists]]
     if obs.batcher not in finalists:
         finalists.append(obs.batcher)
     return [(c, model.predict(c)) for c in finalists], len(screened)
@@ -169,14 +233,19 @@ def _p95(prediction: Prediction) -> float:
     return prediction.p95_ms if prediction.p95_ms is not None else math.inf
 
 
-def _kept_reason(cur: BatcherConfig, cur_p: Prediction, fit: ServiceTimeFit,
-                 settings: RecommendSettings) -> str:
-    reason = (f"the current config ({_describe(cur)}) is already the best the batcher "
-              f"model found for this load: {cur_p.qps:.0f} QPS at p95 "
-              f"{_p95(cur_p):.1f} ms; no candidate beat it by {settings.min_gain:.0%}")
+def _kept_reason(
+    cur: BatcherConfig, cur_p: Prediction, fit: ServiceTimeFit, settings: RecommendSettings
+) -> str:
+    reason = (
+        f"the current config ({_describe(cur)}) is already the best the batcher "
+        f"model found for this load: {cur_p.qps:.0f} QPS at p95 "
+        f"{_p95(cur_p):.1f} ms; no candidate beat it by {settings.min_gain:.0%}"
+    )
     if fit.per_sample_ms is not None and fit.intercept_ms < fit.per_sample_ms:
-        reason += (f" (an execution costs {fit.intercept_ms:.2f} ms plus "
-                   f"{fit.per_sample_ms:.2f} ms per sample, so batching saves little)")
+        reason += (
+            f" (an execution costs {fit.intercept_ms:.2f} ms plus "
+            f"{fit.per_sample_ms:.2f} ms per sample, so batching saves little)"
+        )
     return reason
 
 
@@ -184,11 +253,14 @@ def _choose(meeting: list[Scored], cur: BatcherConfig, settings: RecommendSettin
     """The most throughput; near-ties go to lower p95, then the simpler change. Every
     extra instance costs device memory, so a higher count must earn
     ``instance_gain`` more throughput than the best config with fewer instances."""
+
     def best_of(options: list[Scored]) -> Scored:
         top = max(p.qps for _, p in options)
         near = [(c, p) for c, p in options if p.qps >= top * 0.99]
-        return min(near, key=lambda cp: (_p95(cp[1]), len(config_changes(cur, cp[0])),
-                                         cp[0].max_queue_delay_us))
+        return min(
+            near,
+            key=lambda cp: (_p95(cp[1]), len(config_changes(cur, cp[0])), cp[0].max_queue_delay_us),
+        )
 
     by_count: dict[int, Scored] = {}
     for n in sorted({c.instance_count for c, _ in meeting}):
@@ -209,8 +281,13 @@ def _feasible(config: BatcherConfig, obs: Observation) -> bool:
 
 def _candidates(obs: Observation, settings: RecommendSettings) -> list[BatcherConfig]:
     cur = obs.batcher
-    counts = sorted({cur.instance_count, min(cur.instance_count + 1, settings.max_instances),
-                     max(cur.instance_count - 1, 1)})
+    counts = sorted(
+        {
+            cur.instance_count,
+            min(cur.instance_count + 1, settings.max_instances),
+            max(cur.instance_count - 1, 1),
+        }
+    )
     out = [replace(cur, instance_count=n) for n in counts]
     if cur.max_batch_size <= 1:
         return out
@@ -221,8 +298,15 @@ def _candidates(obs: Observation, settings: RecommendSettings) -> list[BatcherCo
     for n in counts:
         for delay in settings.delays_us:
             for pref in preferred:
-                out.append(replace(cur, dynamic_batching=True, preferred_batch_sizes=pref,
-                                   max_queue_delay_us=delay, instance_count=n))
+                out.append(
+                    replace(
+                        cur,
+                        dynamic_batching=True,
+                        preferred_batch_sizes=pref,
+                        max_queue_delay_us=delay,
+                        instance_count=n,
+                    )
+                )
     return [c for c in dict.fromkeys(out) if _feasible(c, obs)]
 
 
@@ -243,16 +327,30 @@ def _confidence(obs: Observation, proposed: BatcherConfig, kind: str) -> float:
 
 
 def _observed(obs: Observation, current_sim: Prediction | None) -> Prediction:
-    p95 = (obs.server_p95_ms + obs.think_ms if obs.server_p95_ms is not None
-           else current_sim.p95_ms if current_sim else None)
-    return Prediction(qps=obs.rates.requests_per_s, p95_ms=p95,
-                      avg_batch_size=obs.rates.avg_batch_size, busy_share=obs.rates.busy_share)
+    p95 = (
+        obs.server_p95_ms + obs.think_ms
+        if obs.server_p95_ms is not None
+        else current_sim.p95_ms
+        if current_sim
+        else None
+    )
+    return Prediction(
+        qps=obs.rates.requests_per_s,
+        p95_ms=p95,
+        avg_batch_size=obs.rates.avg_batch_size,
+        busy_share=obs.rates.busy_share,
+    )
 
 
 def _describe(config: BatcherConfig) -> str:
     if not config.dynamic_batching:
         return f"no dynamic batching, {config.instance_count} instance(s)"
-    pref = f"preferred {list(config.preferred_batch_sizes)}" if config.preferred_batch_sizes \
+    pref = (
+        f"preferred {list(config.preferred_batch_sizes)}"
+        if config.preferred_batch_sizes
         else "no preferred sizes"
-    return (f"dynamic batching ({pref}, delay {config.max_queue_delay_us} µs), "
-            f"{config.instance_count} instance(s)")
+    )
+    return (
+        f"dynamic batching ({pref}, delay {config.max_queue_delay_us} µs), "
+        f"{config.instance_count} instance(s)"
+    )

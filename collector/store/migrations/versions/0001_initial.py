@@ -20,9 +20,21 @@ depends_on = None
 
 # Children before parents, the reverse of the order create_all made them in.
 TABLES = (
-    "batch_stats", "model_rollups", "model_samples", "model_configs", "device_rollups",
-    "device_samples", "process_samples", "server_samples", "target_transitions", "models",
-    "targets", "rollup_marks", "recommendations", "findings", "detector_streaks",
+    "batch_stats",
+    "model_rollups",
+    "model_samples",
+    "model_configs",
+    "device_rollups",
+    "device_samples",
+    "process_samples",
+    "server_samples",
+    "target_transitions",
+    "models",
+    "targets",
+    "rollup_marks",
+    "recommendations",
+    "findings",
+    "detector_streaks",
 )
 
 

@@ -47,8 +47,9 @@ _recommendations = sa.table(
 )
 
 
-def new_values(status: str, change: dict[str, Any], predicted: dict[str, Any],
-               config_fragment: str) -> dict[str, Any]:
+def new_values(
+    status: str, change: dict[str, Any], predicted: dict[str, Any], config_fragment: str
+) -> dict[str, Any]:
     """The new columns of one old row."""
     whole = all(key in change for key in WHOLE)
     unknown_config = {"max_batch_size": 0}
@@ -59,8 +60,9 @@ def new_values(status: str, change: dict[str, Any], predicted: dict[str, Any],
         "current_config": change["current_config"] if whole else unknown_config,
         "proposed_config": change["proposed_config"] if whole else unknown_config,
         "current": change["current"] if whole else {"qps": 0.0, "p95_ms": None},
-        "predicted": change["predicted"] if whole else {
-            "qps": float(predicted.get("qps") or 0.0), "p95_ms": predicted.get("p95_ms")},
+        "predicted": change["predicted"]
+        if whole
+        else {"qps": float(predicted.get("qps") or 0.0), "p95_ms": predicted.get("p95_ms")},
         "reason": str(change.get("reason", "")),
         "slo_p95_ms": change.get("slo_p95_ms"),
         "config_pbtxt": config_fragment,
@@ -82,8 +84,9 @@ def upgrade() -> None:
         sa.select(t.id, t.status, t.change, t.predicted, t.config_fragment)
     ).all()
     for row in rows:
-        values = new_values(row.status, dict(row.change or {}), dict(row.predicted or {}),
-                            row.config_fragment)
+        values = new_values(
+            row.status, dict(row.change or {}), dict(row.predicted or {}), row.config_fragment
+        )
         connection.execute(_recommendations.update().where(t.id == row.id).values(**values))
     with op.batch_alter_table("recommendations") as batch:
         for name in NEW_TEXT:
@@ -101,12 +104,27 @@ def downgrade() -> None:
     connection = op.get_bind()
     t = _recommendations.c
     for row in connection.execute(sa.text("SELECT * FROM recommendations")).mappings().all():
-        doc = {name: row[name] for name in (*NEW_TEXT, *NEW_JSON, "predicted", "slo_p95_ms",
-                                            "target", "model", "created_at", "confidence")}
+        doc = {
+            name: row[name]
+            for name in (
+                *NEW_TEXT,
+                *NEW_JSON,
+                "predicted",
+                "slo_p95_ms",
+                "target",
+                "model",
+                "created_at",
+                "confidence",
+            )
+        }
         old_status = {"kept": "applied", "open": row["kind"]}.get(row["status"], row["status"])
         connection.execute(
-            _recommendations.update().where(t.id == row["id"]).values(
-                change=doc, config_fragment=row["config_pbtxt"], status=old_status,
+            _recommendations.update()
+            .where(t.id == row["id"])
+            .values(
+                change=doc,
+                config_fragment=row["config_pbtxt"],
+                status=old_status,
                 predicted={"qps": row["predicted"]["qps"], "p95_ms": row["predicted"]["p95_ms"]},
             )
         )
