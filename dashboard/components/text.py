@@ -1,0 +1,77 @@
+"""Formatting, links and the small pieces every page shares: numbers and times as
+text, page hrefs, banners, finding badges and an evidence list."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from dash import html
+
+from dashboard.queries import DEFAULT_RANGE, StoredFinding
+from dashboard.theme import severity_class
+
+
+def fmt_num(value: float | None, digits: int = 1, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def fmt_share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def fmt_time(at: float | None) -> str:
+    if at is None:
+        return "—"
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def fmt_ago(at: float | None, now: float) -> str:
+    if at is None:
+        return "never"
+    seconds = max(now - at, 0.0)
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h ago"
+    return f"{seconds / 86400:.1f} days ago"
+
+
+def model_href(target: str, model: str, range_name: str = DEFAULT_RANGE) -> str:
+    return "/model?" + urlencode({"target": target, "model": model, "range": range_name})
+
+
+def recs_href(target: str, model: str) -> str:
+    return "/recommendations?" + urlencode({"target": target, "model": model})
+
+
+def banner(messages: Sequence[str]) -> list[Any]:
+    """An alert line per message; nothing when there is none."""
+    return [html.Div(m, className="banner", role="alert") for m in messages]
+
+
+def finding_badges(findings: Sequence[StoredFinding]) -> list[Any]:
+    return [
+        html.Span(f.kind.replace("_", " "), className=severity_class(f.severity), title=f.summary)
+        for f in findings
+    ]
+
+
+def evidence_facts(evidence: dict[str, Any]) -> Any:
+    """A finding's evidence as a definition list, numbers to four figures."""
+
+    def show(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    return html.Dl(
+        [item for k, v in sorted(evidence.items()) for item in (html.Dt(str(k)), html.Dd(show(v)))],
+        className="facts evidence",
+    )
