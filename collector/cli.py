@@ -20,9 +20,12 @@ import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.errors import BatchscopeError, ConfigError
+
+if TYPE_CHECKING:
+    from collector.config import Settings
 
 __all__ = ["build_parser", "main"]
 
@@ -51,16 +54,44 @@ def _split(text: str | None) -> list[str] | None:
     return text.split(",") if text else None
 
 
+def _collecting_settings(
+    args: argparse.Namespace,
+    *,
+    interval_s: float | str | None,
+    sources: list[str] | None,
+    duration_s: float | str | None = None,
+) -> Settings:
+    """Settings for a command that scrapes Triton: the file and environment, then the
+    command's ``--triton``, ``--metrics-url`` and ``--db`` and the given collection
+    overrides (``None`` leaves a setting as the file or environment says)."""
+    from collector.config import load_settings
+    from collector.sources import SOURCES
+
+    return load_settings(
+        config_file=args.config,
+        overrides={
+            "triton": args.triton,
+            "metrics_url": args.metrics_url,
+            "db_url": args.db_url,
+            "interval_s": interval_s,
+            "duration_s": duration_s,
+            "sources": sources,
+        },
+        known_sources=set(SOURCES),
+    )
+
+
+_NO_TARGET = (
+    "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON or list targets in the config file"
+)
+
+
 def _require_targets(settings: Any) -> None:
     from collector.sources import SOURCES
 
     # A GPU-only host (``--sources nvml,host``) needs no Triton target.
     if not settings.targets and any(SOURCES[n].per_target for n in settings.sources):
-        raise ConfigError(
-            "targets",
-            "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
-            "or list targets in the config file",
-        )
+        raise ConfigError("targets", _NO_TARGET)
 
 
 def _check_ui_flags(args: argparse.Namespace) -> None:
@@ -77,22 +108,12 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
     from collector.analysis.detect import detector_job, detector_settings
-    from collector.config import load_settings
     from collector.scheduler import CollectorService, build_sources
     from collector.sources import SOURCES
     from collector.store import Store
 
-    settings = load_settings(
-        config_file=args.config,
-        overrides={
-            "triton": args.triton,
-            "metrics_url": args.metrics_url,
-            "db_url": args.db_url,
-            "interval_s": args.interval,
-            "duration_s": args.duration,
-            "sources": _split(args.sources),
-        },
-        known_sources=set(SOURCES),
+    settings = _collecting_settings(
+        args, interval_s=args.interval, sources=_split(args.sources), duration_s=args.duration
     )
     _require_targets(settings)
     detectors = detector_job(detector_settings(settings.analysis))
@@ -139,8 +160,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
-    from collector.config import load_settings
-    from collector.sources import SOURCES
     from collector.store import Store
 
     if args.slo_p95_ms is not None and args.slo_p95_ms <= 0:
@@ -151,16 +170,11 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
             "give --db URL (recommend from stored samples) or --triton URL "
             "(observe the server live first)",
         )
-    settings = load_settings(
-        config_file=args.config,
-        overrides={
-            "triton": args.triton,
-            "metrics_url": args.metrics_url,
-            "db_url": args.db_url,
-            "interval_s": 1.0 if args.triton else None,
-            "sources": ["triton", "host"] if args.triton else None,
-        },
-        known_sources=set(SOURCES),
+    # Observing live scrapes every second from Triton and the host, whatever the file says.
+    settings = _collecting_settings(
+        args,
+        interval_s=1.0 if args.triton else None,
+        sources=["triton", "host"] if args.triton else None,
     )
     store = Store(settings.db_url)
     try:
@@ -342,28 +356,12 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from collector.config import load_settings
     from collector.serve import Service
-    from collector.sources import SOURCES
 
     _check_ui_flags(args)
-    settings = load_settings(
-        config_file=args.config,
-        overrides={
-            "triton": args.triton,
-            "metrics_url": args.metrics_url,
-            "db_url": args.db_url,
-            "interval_s": args.interval,
-            "sources": _split(args.sources),
-        },
-        known_sources=set(SOURCES),
-    )
+    settings = _collecting_settings(args, interval_s=args.interval, sources=_split(args.sources))
     if not settings.targets:
-        raise ConfigError(
-            "targets",
-            "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON "
-            "or list targets in the config file",
-        )
+        raise ConfigError("targets", _NO_TARGET)
     service = Service(settings, host=args.host, port=args.port, refresh_s=args.refresh)
     stop = _stop_on_signals()
     try:

@@ -17,23 +17,12 @@ import threading
 from collector.config import Settings, target_from_url
 from collector.serve import Service
 from collector.testbed.load import run_load
-from collector.testbed.models import ModelSpec
+from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import TritonServer
 
 __all__ = ["DEMO_MODELS", "LOAD_PHASES", "add_demo_command", "run_demo"]
 
-DEMO_MODELS = (
-    ModelSpec(
-        "batched",
-        fixed_ms=4.0,
-        per_sample_ms=0.5,
-        max_batch_size=32,
-        dynamic_batching=True,
-        preferred_batch_sizes=(8, 16),
-        max_queue_delay_us=2000,
-    ),
-    ModelSpec("unbatched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32),
-)
+DEMO_MODELS = BATCHED_AND_UNBATCHED
 #: (closed-loop clients, seconds) per phase, repeated: the load an operator sees move.
 LOAD_PHASES = ((16, 10.0), (24, 10.0), (8, 10.0), (16, 10.0), (32, 10.0))
 # Quicker analysis than the defaults, so the demo shows findings within a minute.

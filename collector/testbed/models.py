@@ -25,7 +25,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["INPUT_DIM", "INPUT_NAME", "OUTPUT_NAME", "ModelSpec", "write_model_repository"]
+__all__ = [
+    "BATCHED_AND_UNBATCHED",
+    "INPUT_DIM",
+    "INPUT_NAME",
+    "OUTPUT_NAME",
+    "ModelSpec",
+    "write_model_repository",
+]
 
 INPUT_NAME = "INPUT0"
 OUTPUT_NAME = "OUTPUT0"
@@ -76,6 +83,23 @@ class ModelSpec:
                 )
         # A tuple keeps the dataclass hashable when a caller passed a list.
         object.__setattr__(self, "preferred_batch_sizes", tuple(self.preferred_batch_sizes))
+
+
+#: The same model twice, with and without Triton's dynamic batcher: the pair the demo
+#: and the end-to-end tests serve, so the unbatched one draws a finding and a
+#: recommendation while the batched one shows what batching gives.
+BATCHED_AND_UNBATCHED = (
+    ModelSpec(
+        "batched",
+        fixed_ms=4.0,
+        per_sample_ms=0.5,
+        max_batch_size=32,
+        dynamic_batching=True,
+        preferred_batch_sizes=(8, 16),
+        max_queue_delay_us=2000,
+    ),
+    ModelSpec("unbatched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32),
+)
 
 
 def _pbtxt_string(text: str) -> str:

@@ -17,23 +17,12 @@ import pytest
 from collector.analysis.rates import window_rates
 from collector.store import Store
 from collector.testbed.load import run_load
-from collector.testbed.models import ModelSpec
+from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import TritonServer
 
 pytestmark = pytest.mark.integration
 
-MODELS = (
-    ModelSpec(
-        "batched",
-        fixed_ms=4.0,
-        per_sample_ms=0.5,
-        max_batch_size=32,
-        dynamic_batching=True,
-        preferred_batch_sizes=(8, 16),
-        max_queue_delay_us=2000,
-    ),
-    ModelSpec("unbatched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32),
-)
+MODELS = BATCHED_AND_UNBATCHED
 INTERVAL_S = 0.5
 LOAD_S = 6.0
 

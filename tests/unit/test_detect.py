@@ -11,21 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.analysis.detect import (
-    BATCH_BELOW_PREFERRED,
-    BATCHING_OFF,
-    IDLE_CAPACITY,
-    QUEUE_SATURATION,
-    DetectorSettings,
-    batch_below_preferred,
-    batching_off,
-    detect,
-    evaluated_keys,
-    idle_capacity,
-    queue_saturation,
-    read_window,
-    run_detectors,
-)
+from collector.analysis.detect import DetectorSettings, detectors, read_window, run_detectors
 from collector.errors import ConfigError
 from collector.records import (
     BatchStat,
@@ -201,7 +187,7 @@ def now(k: int) -> float:
 
 
 def candidates(store: Store, k: int, settings: DetectorSettings = SETTINGS) -> list[Finding]:
-    return detect(read_window(store, settings, now=now(k)), settings)
+    return detectors.detect(read_window(store, settings, now=now(k)), settings)
 
 
 def only(findings: Sequence[Finding], kind: str, subject: str | None = None) -> Finding:
@@ -259,7 +245,7 @@ def test_bad_setting_names_its_field(name: str, value: object) -> None:
 def test_gpu_at_20_pct_sm_activity_is_idle_with_0_8_gpu_free(store: Store) -> None:
     # NVML's SM activity wins over "a kernel was running" (utilization_gpu_pct).
     write_devices(store, [[gpu(util=65.0, sm=20.0)]])
-    finding = only(candidates(store, 1), IDLE_CAPACITY)
+    finding = only(candidates(store, 1), detectors.IDLE_CAPACITY)
     assert (finding.target, finding.subject, finding.severity) == ("host-1", "GPU-1", "info")
     ev = finding.evidence
     assert ev["metric"] == "sm_active_pct"
@@ -277,7 +263,7 @@ def test_busy_gpu_and_sparse_readings_open_nothing(store: Store) -> None:
     # Fewer readings than min_samples: not evaluated at all (neither idle nor clear).
     window = read_window(store, DetectorSettings(min_samples=20), now=now(1))
     assert window.devices == ()
-    assert (IDLE_CAPACITY, "host-1", "GPU-1") in evaluated_keys(
+    assert (detectors.IDLE_CAPACITY, "host-1", "GPU-1") in detectors.evaluated_keys(
         read_window(store, SETTINGS, now=now(1))
     )
 
@@ -291,7 +277,7 @@ def test_idle_gpu_with_traffic_joins_processes_to_the_triton_target(store: Store
             "host-1", t, [ProcessSample(source="nvml", pid=77, role="gpu", gpu_uuid="MIG-1")]
         )
         store.write_processes("triton-a", t, [ProcessSample(source="host", pid=77, role="server")])
-    finding = only(candidates(store, 1), IDLE_CAPACITY, "MIG-1")
+    finding = only(candidates(store, 1), detectors.IDLE_CAPACITY, "MIG-1")
     assert (finding.target, finding.severity) == ("host-1", "warning")
     assert finding.evidence["idle_devices"] == pytest.approx(0.75)
     assert finding.evidence["traffic_rps"] == pytest.approx(50.0)
@@ -302,7 +288,7 @@ def test_idle_gpu_with_traffic_joins_processes_to_the_triton_target(store: Store
 def test_triton_gpu_utilisation_is_the_fallback(store: Store) -> None:
     triton_gpu = gpu(util=10.0, source="triton")
     Series(store, config(), gpus=[triton_gpu]).run([Load(exec_ns=8e6)])
-    finding = only(candidates(store, 1), IDLE_CAPACITY)
+    finding = only(candidates(store, 1), detectors.IDLE_CAPACITY)
     ev = finding.evidence
     assert (finding.target, ev["source"], ev["metric"]) == (
         "triton-a",
@@ -320,7 +306,7 @@ def test_triton_gpu_utilisation_is_the_fallback(store: Store) -> None:
 def test_model_instances_at_20_pct_busy_are_1_6_idle_instances(store: Store) -> None:
     # 2 instances; 100 executions/s × 4 ms = 0.4 s of compute per second = 20 % each.
     Series(store, config(instances=2)).run([Load(exec_ns=4e6)])
-    finding = only(candidates(store, 1), IDLE_CAPACITY)
+    finding = only(candidates(store, 1), detectors.IDLE_CAPACITY)
     ev = finding.evidence
     assert (finding.target, finding.subject, finding.severity) == ("triton-a", "m", "warning")
     assert ev["busy_share"] == pytest.approx(0.2)
@@ -334,7 +320,7 @@ def test_busy_instances_and_idle_without_traffic(store: Store) -> None:
     quiet = Series(store, config("quiet", instances=3))
     busy.run([Load(exec_ns=6e6)])  # 60 % busy
     quiet.run([Load(batches_per_s={})])
-    finding = only(candidates(store, 1), IDLE_CAPACITY)
+    finding = only(candidates(store, 1), detectors.IDLE_CAPACITY)
     assert (finding.subject, finding.severity) == ("quiet", "info")
     assert finding.evidence["idle_instances"] == pytest.approx(3.0)
     assert "could be unloaded or consolidated" in finding.summary
@@ -345,7 +331,7 @@ def test_busy_instances_and_idle_without_traffic(store: Store) -> None:
 
 def test_queue_share_above_threshold(store: Store) -> None:
     Series(store, config()).run([Load(queue_us=600.0, compute_us=400.0)])
-    finding = only(candidates(store, 1), QUEUE_SATURATION)
+    finding = only(candidates(store, 1), detectors.QUEUE_SATURATION)
     ev = finding.evidence
     assert (finding.severity, ev["reasons"]) == ("warning", "queue_share")
     assert ev["queue_share"] == pytest.approx(0.6)
@@ -356,7 +342,7 @@ def test_queue_share_above_threshold(store: Store) -> None:
 def test_queue_share_above_critical_and_rejects_are_critical(store: Store) -> None:
     Series(store, config("q")).run([Load(queue_us=900.0, compute_us=100.0)])
     Series(store, config("r")).run([Load(rejected_per_s=2.0)])
-    found = {f.subject: f for f in candidates(store, 1) if f.kind == QUEUE_SATURATION}
+    found = {f.subject: f for f in candidates(store, 1) if f.kind == detectors.QUEUE_SATURATION}
     assert found["q"].severity == "critical"
     assert found["q"].evidence["queue_share"] == pytest.approx(0.9)
     assert (found["r"].severity, found["r"].evidence["reasons"]) == ("critical", "rejects")
@@ -365,7 +351,7 @@ def test_queue_share_above_critical_and_rejects_are_critical(store: Store) -> No
 
 def test_pending_growth(store: Store) -> None:
     Series(store, config(), pending=2.0).run([Load(pending=2.0, pending_growth_per_s=0.25)])
-    finding = only(candidates(store, 1), QUEUE_SATURATION)
+    finding = only(candidates(store, 1), detectors.QUEUE_SATURATION)
     assert finding.evidence["reasons"] == "pending_growth"
     assert finding.evidence["pending_slope_per_s"] == pytest.approx(0.25)
     assert finding.evidence["pending_last"] == pytest.approx(17.0)
@@ -375,7 +361,7 @@ def test_batches_at_the_delay_limit_below_preferred(store: Store) -> None:
     cfg = config(preferred=(8,), delay_us=1000, max_batch_size=16)
     # 80 % of executions at batch 2, queue time 0.6 × the delay; queue share only 0.4.
     Series(store, cfg).run([Load(batches_per_s={2: 40.0, 8: 10.0}, queue_us=600.0)])
-    finding = only(candidates(store, 1), QUEUE_SATURATION)
+    finding = only(candidates(store, 1), detectors.QUEUE_SATURATION)
     ev = finding.evidence
     assert ev["reasons"] == "delay_limit"
     assert ev["below_preferred_exec_share"] == pytest.approx(0.8)
@@ -388,8 +374,8 @@ def test_healthy_queue_opens_nothing(store: Store) -> None:
     cfg = config(preferred=(8,), delay_us=1000, max_batch_size=16)
     # Batches form at the preferred size, well before the delay runs out.
     Series(store, cfg).run([Load(batches_per_s={8: 20.0}, queue_us=150.0, pending=3.0)])
-    assert [f for f in candidates(store, 1) if f.kind == QUEUE_SATURATION] == []
-    assert queue_saturation(read_window(store, SETTINGS, now=now(1)), SETTINGS) == []
+    assert [f for f in candidates(store, 1) if f.kind == detectors.QUEUE_SATURATION] == []
+    assert detectors.queue_saturation(read_window(store, SETTINGS, now=now(1)), SETTINGS) == []
 
 
 # --------------------------------------------------------------------------- batching
@@ -398,7 +384,7 @@ def test_healthy_queue_opens_nothing(store: Store) -> None:
 def test_unbatched_model_at_concurrency_opens_batching_off(store: Store) -> None:
     # 200 req/s × 10 ms in the server = 2 requests in flight on average.
     Series(store, config(dynamic=False)).run([Load(batches_per_s={1: 200.0}, compute_us=9900.0)])
-    finding = only(candidates(store, 1), BATCHING_OFF)
+    finding = only(candidates(store, 1), detectors.BATCHING_OFF)
     ev = finding.evidence
     assert finding.severity == "warning"
     assert ev["in_server_requests"] == pytest.approx(2.0)
@@ -417,16 +403,16 @@ def test_unbatched_model_at_concurrency_opens_batching_off(store: Store) -> None
 )
 def test_batching_off_needs_a_model_that_could_batch(store: Store, cfg: ModelConfig) -> None:
     Series(store, cfg).run([Load(batches_per_s={1: 200.0}, compute_us=9900.0)])
-    assert batching_off(read_window(store, SETTINGS, now=now(1)), SETTINGS) == []
+    assert detectors.batching_off(read_window(store, SETTINGS, now=now(1)), SETTINGS) == []
 
 
 def test_sequential_traffic_is_not_concurrent(store: Store) -> None:
     Series(store, config(dynamic=False)).run([Load(batches_per_s={1: 50.0})])  # L = 0.05
-    assert batching_off(read_window(store, SETTINGS, now=now(1)), SETTINGS) == []
+    assert detectors.batching_off(read_window(store, SETTINGS, now=now(1)), SETTINGS) == []
     # ... unless requests wait: a pending queue means they overlap.
     waiting = Series(store, config("waiting", dynamic=False), pending=2.0)
     waiting.run([Load(batches_per_s={1: 50.0}, pending=2.0)])
-    [finding] = batching_off(read_window(store, SETTINGS, now=now(1)), SETTINGS)
+    [finding] = detectors.batching_off(read_window(store, SETTINGS, now=now(1)), SETTINGS)
     assert (finding.subject, finding.evidence["pending_mean"]) == ("waiting", 2.0)
 
 
@@ -438,10 +424,10 @@ def test_batch_far_below_preferred_or_max(store: Store) -> None:
     Series(store, config("fine", max_batch_size=4)).run([load])  # 2 >= 0.25 × 4
     found = {
         f.subject: f
-        for f in batch_below_preferred(read_window(store, SETTINGS, now=now(1)), SETTINGS)
+        for f in detectors.batch_below_preferred(read_window(store, SETTINGS, now=now(1)), SETTINGS)
     }
     assert set(found) == {"pref", "max"}
-    assert {f.kind for f in found.values()} == {BATCH_BELOW_PREFERRED}
+    assert {f.kind for f in found.values()} == {detectors.BATCH_BELOW_PREFERRED}
     pref, mx = found["pref"].evidence, found["max"].evidence
     assert (pref["reference"], pref["reference_batch_size"]) == ("preferred_batch_size", 16)
     assert (mx["reference"], mx["reference_batch_size"]) == ("max_batch_size", 32)
@@ -453,8 +439,8 @@ def test_batch_far_below_preferred_or_max(store: Store) -> None:
 def test_idle_detector_is_pure_over_window_data(store: Store) -> None:
     write_devices(store, [[gpu(sm=10.0)]])
     window = read_window(store, SETTINGS, now=now(1))
-    assert idle_capacity(window, SETTINGS) == idle_capacity(window, SETTINGS)
-    assert idle_capacity(window, DetectorSettings(idle_util_pct=5.0)) == []
+    assert detectors.idle_capacity(window, SETTINGS) == detectors.idle_capacity(window, SETTINGS)
+    assert detectors.idle_capacity(window, DetectorSettings(idle_util_pct=5.0)) == []
 
 
 # --------------------------------------------------------------------------- hysteresis
@@ -472,7 +458,9 @@ def evaluate(store: Store, loads: Sequence[Load], **settings: object) -> list[li
     out = []
     for k, load in enumerate(loads, start=1):
         series.run([load])
-        out.append([f for f in run_detectors(store, s, now=now(k)) if f.kind == QUEUE_SATURATION])
+        out.append(
+            [f for f in run_detectors(store, s, now=now(k)) if f.kind == detectors.QUEUE_SATURATION]
+        )
     return out
 
 
@@ -486,7 +474,7 @@ def test_one_window_blip_opens_nothing(store: Store) -> None:
 def test_sustained_condition_opens_one_finding_and_refreshes_it(store: Store) -> None:
     after = evaluate(store, [SATURATED] * 5)
     assert [len(a) for a in after] == [0, 0, 1, 1, 1]
-    assert len(store.findings(kind=QUEUE_SATURATION)) == 1
+    assert len(store.findings(kind=detectors.QUEUE_SATURATION)) == 1
     opened, latest = after[2][0], after[4][0]
     assert opened.id == latest.id
     assert (opened.window_start, opened.created_at) == (T0, now(3))  # from the first window
@@ -498,7 +486,7 @@ def test_sustained_condition_opens_one_finding_and_refreshes_it(store: Store) ->
 def test_resolves_after_clear_windows(store: Store) -> None:
     after = evaluate(store, [SATURATED] * 3 + [HEALTHY] * 3)
     assert [len(a) for a in after] == [0, 0, 1, 1, 1, 0]
-    [finding] = store.findings(kind=QUEUE_SATURATION)
+    [finding] = store.findings(kind=detectors.QUEUE_SATURATION)
     assert finding.resolved_at == now(6)
     assert store.active_findings() == []
 
@@ -512,13 +500,13 @@ def test_alternating_windows_do_not_flap(store: Store) -> None:
 def test_open_finding_survives_alternating_windows(store: Store) -> None:
     after = evaluate(store, [SATURATED] * 3 + [HEALTHY, SATURATED] * 3)
     assert [len(a) for a in after] == [0, 0, 1, 1, 1, 1, 1, 1, 1]
-    assert len(store.findings(kind=QUEUE_SATURATION)) == 1
+    assert len(store.findings(kind=detectors.QUEUE_SATURATION)) == 1
 
 
 def test_returning_condition_needs_to_sustain_again(store: Store) -> None:
     after = evaluate(store, [SATURATED] * 3 + [HEALTHY] * 3 + [SATURATED] * 3, clear_after=3)
     assert [len(a) for a in after] == [0, 0, 1, 1, 1, 0, 0, 0, 1]
-    first, second = store.findings(kind=QUEUE_SATURATION)
+    first, second = store.findings(kind=detectors.QUEUE_SATURATION)
     assert first.resolved_at == now(6) and second.resolved_at is None
     assert second.window_start == now(6)
 
@@ -527,7 +515,7 @@ def test_repeat_evaluation_of_one_moment_counts_once(store: Store) -> None:
     Series(store, config()).run([SATURATED])
     for _ in range(5):
         assert run_detectors(store, SETTINGS, now=now(1)) == []
-    [streak] = [s for s in store.detector_streaks() if s.kind == QUEUE_SATURATION]
+    [streak] = [s for s in store.detector_streaks() if s.kind == detectors.QUEUE_SATURATION]
     assert (streak.holding, streak.since, streak.evaluated_at) == (1, T0, now(1))
 
 
@@ -537,16 +525,18 @@ def test_missing_data_neither_holds_nor_clears_until_stale(store: Store) -> None
     # The target goes silent: nothing in the window, the finding stays open ...
     for k in range(4, 13):
         active = run_detectors(store, s, now=now(k))
-        assert [f.kind for f in active] == [QUEUE_SATURATION], k
+        assert [f.kind for f in active] == [detectors.QUEUE_SATURATION], k
     # ... until its last evidence is older than stale_after_s.
     assert run_detectors(store, s, now=now(14)) == []
-    [finding] = store.findings(kind=QUEUE_SATURATION)
+    [finding] = store.findings(kind=detectors.QUEUE_SATURATION)
     assert finding.resolved_at == now(14)
 
 
 def test_streak_of_a_vanished_subject_is_forgotten(store: Store) -> None:
     evaluate(store, [SATURATED])
-    assert [s.holding for s in store.detector_streaks() if s.kind == QUEUE_SATURATION] == [1]
+    assert [
+        s.holding for s in store.detector_streaks() if s.kind == detectors.QUEUE_SATURATION
+    ] == [1]
     s = DetectorSettings(stale_after_s=300)
     run_detectors(store, s, now=now(5))  # no data for 4 windows: kept
     assert len(store.detector_streaks()) == 1
@@ -577,7 +567,7 @@ def test_several_kinds_on_one_model_are_separate_findings(store: Store) -> None:
         series.run([load])
         active = run_detectors(store, SETTINGS, now=now(k))
     assert sorted((f.kind, f.severity) for f in active) == [
-        (BATCHING_OFF, "critical"),
-        (QUEUE_SATURATION, "critical"),
+        (detectors.BATCHING_OFF, "critical"),
+        (detectors.QUEUE_SATURATION, "critical"),
     ]
     assert {f.subject for f in active} == {"m"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from collector.analysis.detect.detectors import DETECTOR_KINDS, Key, detect, evaluated_keys
 from collector.analysis.detect.settings import DetectorSettings
@@ -47,6 +47,7 @@ def run_detectors(
     streaks = {s.key: s for s in store.detector_streaks()}
     active = _active_by_key(store, now)
 
+    evaluation = _Evaluation(store, settings, now)
     kept: list[DetectorStreak] = []
     for key in sorted(set(candidates) | set(streaks) | set(active)):
         current = streaks.get(key) or DetectorStreak(*key)
@@ -54,103 +55,95 @@ def run_detectors(
         candidate = candidates.get(key)
         streak: DetectorStreak | None
         if candidate is not None:
-            streak = _holds(store, current, finding, candidate, settings, now)
+            streak = evaluation.holds(current, finding, candidate)
         elif key in evaluated:
-            streak = _clear(store, current, finding, settings, now)
+            streak = evaluation.clear(current, finding)
         else:
-            streak = _no_data(store, current, finding, settings, now)
+            streak = evaluation.no_data(current, finding)
         if streak is not None and (streak.holding > 0 or finding is not None):
             kept.append(streak)
     store.replace_detector_streaks(kept)
     return store.active_findings()
 
 
-def _counts(streak: DetectorStreak, settings: DetectorSettings, now: float) -> bool:
-    """Whether this evaluation advances a streak (see ``DetectorSettings.min_gap_s``)."""
-    return now - streak.evaluated_at >= settings.min_gap_s
+@dataclass(frozen=True)
+class _Evaluation:
+    """One evaluation tick: the store it writes findings to, the settings and the time.
+    Each method takes one key's streak and open finding and returns its next streak."""
 
+    store: Store
+    settings: DetectorSettings
+    now: float
 
-def _holds(
-    store: Store,
-    streak: DetectorStreak,
-    finding: StoredFinding | None,
-    candidate: Finding,
-    settings: DetectorSettings,
-    now: float,
-) -> DetectorStreak:
-    """The condition holds: grow the streak; refresh the open finding, or open one once
-    the streak is long enough."""
-    if _counts(streak, settings, now):
-        streak = replace(
-            streak,
-            holding=streak.holding + 1,
-            clearing=0,
-            since=streak.since if streak.holding > 0 else candidate.window_start,
-            evaluated_at=now,
-        )
-    if finding is not None:
-        store.update_finding(
-            finding.id,
-            severity=candidate.severity,
-            summary=candidate.summary,
-            window_end=candidate.window_end,
-            evidence=candidate.evidence,
-        )
-    elif streak.holding >= settings.sustain:
-        store.add_finding(
-            kind=candidate.kind,
-            severity=candidate.severity,
-            target=candidate.target,
-            subject=candidate.subject,
-            summary=candidate.summary,
-            window_start=streak.since if streak.since is not None else candidate.window_start,
-            window_end=candidate.window_end,
-            evidence=candidate.evidence,
-            created_at=now,
-        )
-    return streak
+    def counts(self, streak: DetectorStreak) -> bool:
+        """Whether this evaluation advances a streak (see ``DetectorSettings.min_gap_s``)."""
+        return self.now - streak.evaluated_at >= self.settings.min_gap_s
 
+    def holds(
+        self, streak: DetectorStreak, finding: StoredFinding | None, candidate: Finding
+    ) -> DetectorStreak:
+        """The condition holds: grow the streak; refresh the open finding, or open one
+        once the streak is long enough."""
+        if self.counts(streak):
+            streak = replace(
+                streak,
+                holding=streak.holding + 1,
+                clearing=0,
+                since=streak.since if streak.holding > 0 else candidate.window_start,
+                evaluated_at=self.now,
+            )
+        if finding is not None:
+            self.store.update_finding(
+                finding.id,
+                severity=candidate.severity,
+                summary=candidate.summary,
+                window_end=candidate.window_end,
+                evidence=candidate.evidence,
+            )
+        elif streak.holding >= self.settings.sustain:
+            self.store.add_finding(
+                kind=candidate.kind,
+                severity=candidate.severity,
+                target=candidate.target,
+                subject=candidate.subject,
+                summary=candidate.summary,
+                window_start=streak.since if streak.since is not None else candidate.window_start,
+                window_end=candidate.window_end,
+                evidence=candidate.evidence,
+                created_at=self.now,
+            )
+        return streak
 
-def _clear(
-    store: Store,
-    streak: DetectorStreak,
-    finding: StoredFinding | None,
-    settings: DetectorSettings,
-    now: float,
-) -> DetectorStreak | None:
-    """Evaluated and clear: reset the holding streak, grow an open finding's clear
-    streak and resolve it at ``clear_after``; ``None`` once resolved."""
-    if _counts(streak, settings, now):
-        streak = replace(
-            streak,
-            holding=0,
-            clearing=streak.clearing + 1 if finding is not None else 0,
-            since=None,
-            evaluated_at=now,
-        )
-    if finding is not None and streak.clearing >= settings.clear_after:
-        store.resolve_finding(finding.id, now)
-        return None
-    return streak
-
-
-def _no_data(
-    store: Store,
-    streak: DetectorStreak,
-    finding: StoredFinding | None,
-    settings: DetectorSettings,
-    now: float,
-) -> DetectorStreak | None:
-    """Not evaluated this time: nothing changes, but a stale open finding resolves and
-    a stale streak is forgotten (``None``)."""
-    if finding is not None:
-        if now - finding.window_end > settings.stale_after_s:
-            store.resolve_finding(finding.id, now)
+    def clear(self, streak: DetectorStreak, finding: StoredFinding | None) -> DetectorStreak | None:
+        """Evaluated and clear: reset the holding streak, grow an open finding's clear
+        streak and resolve it at ``clear_after``; ``None`` once resolved."""
+        if self.counts(streak):
+            streak = replace(
+                streak,
+                holding=0,
+                clearing=streak.clearing + 1 if finding is not None else 0,
+                since=None,
+                evaluated_at=self.now,
+            )
+        if finding is not None and streak.clearing >= self.settings.clear_after:
+            self.store.resolve_finding(finding.id, self.now)
             return None
         return streak
-    if now - streak.evaluated_at > settings.stale_after_s:
-        return None  # a streak whose subject went away
-    return streak
+
+    def no_data(
+        self, streak: DetectorStreak, finding: StoredFinding | None
+    ) -> DetectorStreak | None:
+        """Not evaluated this time: nothing changes, but a stale open finding resolves
+        and a stale streak is forgotten (``None``)."""
+        stale_after_s = self.settings.stale_after_s
+        if finding is not None:
+            if self.now - finding.window_end > stale_after_s:
+                self.store.resolve_finding(finding.id, self.now)
+                return None
+            return streak
+        if self.now - streak.evaluated_at > stale_after_s:
+            return None  # a streak whose subject went away
+        return streak
 
 
 def _active_by_key(store: Store, now: float) -> dict[Key, StoredFinding]:
