@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = ["Devices", "Findings", "Model", "Overview", "Recs", "Shell"]
+__all__ = ["Devices", "Findings", "LivePage", "Model", "Overview", "Recs", "Shell"]
 
 
 class _Id:
@@ -29,7 +29,7 @@ class _Namespace:
     PREFIX: ClassVar[str]
 
 
-class _Page(_Namespace):
+class LivePage(_Namespace):
     """What every live page has: its refresh, the data its one tick callback reads, and
     the banner for a store or target that is down."""
 
@@ -45,13 +45,13 @@ class Shell(_Namespace):
     VISIBLE = _Id()  # dcc.Store: the tab is visible (live refresh runs)
 
 
-class Overview(_Page):
+class Overview(LivePage):
     PREFIX = "overview"
     SUMMARY, TILES, EMPTY = _ids(3)
     MODELS, FILTER, SORT = _ids(3)  # the models table and its controls
 
 
-class Model(_Page):
+class Model(LivePage):
     PREFIX = "model"
     QUERY = _Id()  # dcc.Store: the page's target, model and range
     HEADER, RANGES = _ids(2)
@@ -60,7 +60,7 @@ class Model(_Page):
     PBTXT, COPY = _ids(2)  # the recommended fragment and its copy button
 
 
-class Recs(_Page):
+class Recs(LivePage):
     PREFIX = "recs"
     QUERY = _Id()  # dcc.Store: the chosen target and model
     LIST, DETAIL = _ids(2)
@@ -74,13 +74,13 @@ class Recs(_Page):
     JOB_POLL, JOB_STATUS = _ids(2)
 
 
-class Findings(_Page):
+class Findings(LivePage):
     PREFIX = "findings"
     TARGET, MODEL, KIND, SEVERITY, STATE = _ids(5)  # the filters
     LIST = _Id()
 
 
-class Devices(_Page):
+class Devices(LivePage):
     PREFIX = "devices"
     QUERY = _Id()  # dcc.Store: the chosen range
     RANGES = _Id()

@@ -13,8 +13,8 @@ import dash
 from dash import Dash, Input, Output, State, dcc, html
 
 from dashboard import components, figures
-from dashboard.context import refresh_ms
 from dashboard.ids import Devices, Shell
+from dashboard.page_parts import graph, live_page, register_tick
 from dashboard.queries import RANGES, DashboardQueries, DevicesView, from_json, parse_range, to_json
 
 dash.register_page(  # type: ignore[no-untyped-call]
@@ -28,12 +28,9 @@ _GRAPHS = (Devices.HEATMAP, Devices.PROCESSES, Devices.MEMORY, Devices.POWER)
 
 def layout(**query: Any) -> Any:
     range_name, _ = parse_range(query.get("range"))
-    return html.Div(
+    return live_page(
+        Devices,
         [
-            dcc.Interval(id=Devices.INTERVAL, interval=refresh_ms(), n_intervals=0),
-            dcc.Store(id=Devices.QUERY, data={"range": range_name}),
-            dcc.Store(id=Devices.DATA),
-            html.Div(id=Devices.BANNER, className="banners"),
             html.Div(
                 [
                     dcc.Link(
@@ -48,32 +45,19 @@ def layout(**query: Any) -> Any:
                 id=Devices.RANGES,
                 className="ranges",
             ),
-            html.Div(
-                [
-                    dcc.Graph(
-                        id=g,
-                        className="graph",
-                        config={"displaylogo": False, "displayModeBar": False},
-                    )
-                    for g in _GRAPHS
-                ],
-                className="graphs",
-            ),
+            html.Div([graph(g) for g in _GRAPHS], className="graphs"),
         ],
-        className="page page-devices",
+        stores=[dcc.Store(id=Devices.QUERY, data={"range": range_name})],
     )
 
 
 def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
     del actions  # read-only page
 
-    @app.callback(
-        Output(Devices.DATA, "data"),
-        Input(Devices.INTERVAL, "n_intervals"),
-        State(Devices.QUERY, "data"),
-    )
-    def tick(_n: int, query: Any) -> Any:
+    def read(query: Any) -> Any:
         return to_json(queries.devices(range_name=(query or {}).get("range")))
+
+    register_tick(app, Devices, read, State(Devices.QUERY, "data"))
 
     @app.callback(
         Output(Devices.BANNER, "children"),

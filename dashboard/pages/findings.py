@@ -12,8 +12,8 @@ import dash
 from dash import Dash, Input, Output, dcc, html
 
 from dashboard import components
-from dashboard.context import refresh_ms
 from dashboard.ids import Findings
+from dashboard.page_parts import live_page, options, register_tick
 from dashboard.queries import DashboardQueries, EventsView, from_json, to_json
 
 dash.register_page(  # type: ignore[no-untyped-call]
@@ -23,13 +23,21 @@ dash.register_page(  # type: ignore[no-untyped-call]
 __all__ = ["layout", "register_callbacks"]
 
 _STATES = (("active", "active"), ("past", "resolved"), ("all", "all"))
+# The dropdown filters: their id and the query-string key (``/findings?kind=…``) that
+# starts them, in the order the tick passes their values to ``events``.
+_FILTERS = (
+    (Findings.TARGET, "target"),
+    (Findings.MODEL, "model"),
+    (Findings.KIND, "kind"),
+    (Findings.SEVERITY, "severity"),
+)
 
 
-def _dropdown(component_id: str, placeholder: str, value: Any = None) -> Any:
+def _filter(component_id: str, key: str, value: Any) -> Any:
     return dcc.Dropdown(
         id=component_id,
-        placeholder=placeholder,
-        value=value,
+        placeholder=f"any {key}",
+        value=value or None,
         clearable=True,
         className="filter-dropdown",
         options=[],
@@ -37,17 +45,12 @@ def _dropdown(component_id: str, placeholder: str, value: Any = None) -> Any:
 
 
 def layout(**query: Any) -> Any:
-    return html.Div(
+    return live_page(
+        Findings,
         [
-            dcc.Interval(id=Findings.INTERVAL, interval=refresh_ms(), n_intervals=0),
-            dcc.Store(id=Findings.DATA),
-            html.Div(id=Findings.BANNER, className="banners"),
             html.Div(
                 [
-                    _dropdown(Findings.TARGET, "any target", query.get("target") or None),
-                    _dropdown(Findings.MODEL, "any model", query.get("model") or None),
-                    _dropdown(Findings.KIND, "any kind", query.get("kind") or None),
-                    _dropdown(Findings.SEVERITY, "any severity", query.get("severity") or None),
+                    *(_filter(cid, key, query.get(key)) for cid, key in _FILTERS),
                     dcc.RadioItems(
                         id=Findings.STATE,
                         value=query.get("state") or "active",
@@ -60,23 +63,13 @@ def layout(**query: Any) -> Any:
             ),
             html.Div(id=Findings.LIST),
         ],
-        className="page page-findings",
     )
 
 
 def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
     del actions  # read-only page
 
-    @app.callback(
-        Output(Findings.DATA, "data"),
-        Input(Findings.INTERVAL, "n_intervals"),
-        Input(Findings.TARGET, "value"),
-        Input(Findings.MODEL, "value"),
-        Input(Findings.KIND, "value"),
-        Input(Findings.SEVERITY, "value"),
-        Input(Findings.STATE, "value"),
-    )
-    def tick(_n: int, target: Any, model: Any, kind: Any, severity: Any, state: Any) -> Any:
+    def read(target: Any, model: Any, kind: Any, severity: Any, state: Any) -> Any:
         return to_json(
             queries.events(
                 target=target or None,
@@ -87,23 +80,19 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
             )
         )
 
+    filters = [Input(cid, "value") for cid, _ in _FILTERS]
+    register_tick(app, Findings, read, *filters, Input(Findings.STATE, "value"))
+
     @app.callback(
         Output(Findings.BANNER, "children"),
         Output(Findings.LIST, "children"),
-        Output(Findings.TARGET, "options"),
-        Output(Findings.MODEL, "options"),
-        Output(Findings.KIND, "options"),
-        Output(Findings.SEVERITY, "options"),
+        *[Output(cid, "options") for cid, _ in _FILTERS],
         Input(Findings.DATA, "data"),
     )
     def render(data: Any) -> tuple[Any, ...]:
         if data is None:
-            return [], [], [], [], [], []
+            return ([], [], *([] for _ in _FILTERS))
         view = from_json(EventsView, data)
-
-        def options(values: list[str]) -> list[dict[str, str]]:
-            return [{"label": v.replace("_", " "), "value": v} for v in values]
-
         return (
             components.banner([view.error] if view.error else []),
             components.events_list(view.events),

@@ -14,8 +14,8 @@ import dash
 from dash import Dash, Input, Output, State, dcc, html
 
 from dashboard import components, figures
-from dashboard.context import refresh_ms
 from dashboard.ids import Model, Shell
+from dashboard.page_parts import graph, live_page, register_tick
 from dashboard.queries import DashboardQueries, ModelDetail, from_json, parse_range, to_json
 
 dash.register_page(  # type: ignore[no-untyped-call]
@@ -37,24 +37,16 @@ _GRAPHS = (
 _PANELS = (Model.BANNER, Model.HEADER, Model.RECOMMENDATION, Model.FINDINGS, Model.CONFIG)
 
 
-def _graph(graph_id: str) -> Any:
-    return dcc.Graph(
-        id=graph_id,
-        config={"displaylogo": False, "displayModeBar": False, "responsive": True},
-        className="graph",
-    )
-
-
 def layout(**query: Any) -> Any:
     target = query.get("target") or None
     model = query.get("model") or None
     range_name, _seconds = parse_range(query.get("range"))
-    return html.Div(
+    query_store = dcc.Store(
+        id=Model.QUERY, data={"target": target, "model": model, "range": range_name}
+    )
+    return live_page(
+        Model,
         [
-            dcc.Interval(id=Model.INTERVAL, interval=refresh_ms(), n_intervals=0),
-            dcc.Store(id=Model.QUERY, data={"target": target, "model": model, "range": range_name}),
-            dcc.Store(id=Model.DATA),
-            html.Div(id=Model.BANNER, className="banners"),
             html.Div(
                 components.model_header(None, target, model),
                 id=Model.HEADER,
@@ -65,7 +57,7 @@ def layout(**query: Any) -> Any:
                 id=Model.RANGES,
                 className="ranges",
             ),
-            html.Div([_graph(g) for g in _GRAPHS], className="graphs"),
+            html.Div([graph(g, responsive=True) for g in _GRAPHS], className="graphs"),
             html.Div(
                 [
                     html.Div(id=Model.RECOMMENDATION, className="panel"),
@@ -75,7 +67,7 @@ def layout(**query: Any) -> Any:
                 className="panels",
             ),
         ],
-        className="page page-model",
+        stores=[query_store],
     )
 
 
@@ -86,15 +78,14 @@ def _detail(data: Any) -> ModelDetail | None:
 def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
     del actions  # read-only page
 
-    @app.callback(
-        Output(Model.DATA, "data"), Input(Model.INTERVAL, "n_intervals"), State(Model.QUERY, "data")
-    )
-    def tick(_n: int, query: Any) -> Any:
+    def read(query: Any) -> Any:
         if not query or not query.get("target") or not query.get("model"):
             return None
         return to_json(
             queries.model_detail(query["target"], query["model"], range_name=query.get("range"))
         )
+
+    register_tick(app, Model, read, State(Model.QUERY, "data"))
 
     @app.callback(
         *[Output(g, "figure") for g in _GRAPHS],

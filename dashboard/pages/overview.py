@@ -13,8 +13,8 @@ import dash
 from dash import Dash, Input, Output, dcc, html
 
 from dashboard import components
-from dashboard.context import refresh_ms
 from dashboard.ids import Overview
+from dashboard.page_parts import live_page, register_tick
 from dashboard.queries import DashboardQueries, OverviewData, from_json, to_json
 
 dash.register_page(  # type: ignore[no-untyped-call]
@@ -30,11 +30,9 @@ _PANELS = (Overview.BANNER, Overview.EMPTY, Overview.SUMMARY, Overview.TILES)
 
 
 def layout(**_query: Any) -> Any:
-    return html.Div(
+    return live_page(
+        Overview,
         [
-            dcc.Interval(id=Overview.INTERVAL, interval=refresh_ms(), n_intervals=0),
-            dcc.Store(id=Overview.DATA),
-            html.Div(id=Overview.BANNER, className="banners"),
             html.Div(id=Overview.EMPTY),
             html.Div(id=Overview.SUMMARY, className="stats"),
             html.Div(id=Overview.TILES, className="tiles"),
@@ -63,16 +61,13 @@ def layout(**_query: Any) -> Any:
             ),
             html.Div(id=Overview.MODELS),
         ],
-        className="page page-overview",
     )
 
 
 def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
     del actions  # read-only page
 
-    @app.callback(Output(Overview.DATA, "data"), Input(Overview.INTERVAL, "n_intervals"))
-    def tick(_n: int) -> Any:
-        return to_json(queries.overview(window_s=WINDOW_S))
+    register_tick(app, Overview, lambda: to_json(queries.overview(window_s=WINDOW_S)))
 
     @app.callback(*[Output(p, "children") for p in _PANELS], Input(Overview.DATA, "data"))
     def render(data: Any) -> tuple[Any, ...]:

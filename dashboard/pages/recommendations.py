@@ -17,8 +17,8 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from dashboard import auth, components, figures
 from dashboard.actions import ActionRefused, ConfigActions
-from dashboard.context import refresh_ms
 from dashboard.ids import Recs, Shell
+from dashboard.page_parts import graph, labelled, live_page, register_tick
 from dashboard.queries import (
     WHAT_IF_DELAYS_US,
     DashboardQueries,
@@ -40,115 +40,92 @@ __all__ = ["layout", "register_callbacks"]
 _PREFERRED_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
-def layout(**query: Any) -> Any:
-    target = query.get("target") or None
-    model = query.get("model") or None
+def _what_if_controls() -> Any:
+    """The sliders and the dropdown the what-if re-runs the batcher model for."""
+    delay = dcc.Slider(
+        id=Recs.DELAY,
+        min=0,
+        max=len(WHAT_IF_DELAYS_US) - 1,
+        step=1,
+        value=0,
+        marks={i: f"{d}" for i, d in enumerate(WHAT_IF_DELAYS_US)},
+    )
+    preferred = dcc.Dropdown(
+        id=Recs.PREFERRED,
+        multi=True,
+        value=[],
+        placeholder="none (as large as possible)",
+        options=[{"label": str(p), "value": p} for p in _PREFERRED_CHOICES],
+    )
+    instances = dcc.Slider(
+        id=Recs.INSTANCES, min=1, max=4, step=1, value=1, marks={i: str(i) for i in range(1, 5)}
+    )
     return html.Div(
         [
-            dcc.Interval(id=Recs.INTERVAL, interval=refresh_ms(), n_intervals=0),
-            dcc.Store(id=Recs.QUERY, data={"target": target, "model": model}),
-            dcc.Store(id=Recs.DATA),
+            *labelled("max queue delay", delay),
+            *labelled("preferred batch sizes", preferred),
+            *labelled("instances", instances),
+        ],
+        className="what-if-controls",
+    )
+
+
+def _what_if_panel() -> Any:
+    return html.Div(
+        [
+            html.H3("What if"),
+            html.P(
+                "Move a slider: the batcher model fitted to this model's observed traffic "
+                "predicts throughput and p95 for that config at the same load.",
+                className="muted",
+            ),
+            _what_if_controls(),
+            dcc.Loading(graph(Recs.WHAT_IF_GRAPH), type="dot"),
+            html.Div(id=Recs.WHAT_IF_SUMMARY),
+        ],
+        id=Recs.WHAT_IF,
+        className="panel",
+    )
+
+
+def _apply_panel() -> Any:
+    # The button is always in the layout (its callbacks need it) but shown to admins
+    # only; the Apply callback checks the role again on the server.
+    confirm = dcc.ConfirmDialogProvider(
+        html.Button("Apply this change", id=Recs.APPLY, className="button"),
+        id=Recs.APPLY_CONFIRM,
+        message="",
+    )
+    return html.Div(
+        [html.Div(id=Recs.APPLY_PANEL), html.Div(confirm, id=Recs.APPLY_BOX, className="hidden")],
+        className="panel",
+    )
+
+
+def layout(**query: Any) -> Any:
+    chosen = {"target": query.get("target") or None, "model": query.get("model") or None}
+    recs_list = html.Div(id=Recs.LIST, className="rec-list")
+    main = [
+        html.Div(id=Recs.DETAIL, className="panel"),
+        _what_if_panel(),
+        _apply_panel(),
+        html.Div(id=Recs.JOB_STATUS, className="panel job"),
+    ]
+    return live_page(
+        Recs,
+        [
+            html.Div(
+                [recs_list, html.Div(main, className="rec-main")],
+                className="rec-layout",
+            )
+        ],
+        stores=[
+            dcc.Store(id=Recs.QUERY, data=chosen),
             dcc.Store(id=Recs.JOB),
             dcc.Store(id=Recs.SEEDED, data=False),
             dcc.Interval(id=Recs.JOB_POLL, interval=1000, disabled=True),
-            html.Div(id=Recs.BANNER, className="banners"),
-            html.Div(
-                [
-                    html.Div(id=Recs.LIST, className="rec-list"),
-                    html.Div(
-                        [
-                            html.Div(id=Recs.DETAIL, className="panel"),
-                            html.Div(
-                                [
-                                    html.H3("What if"),
-                                    html.P(
-                                        "Move a slider: the batcher model fitted to this model's observed "
-                                        "traffic predicts throughput and p95 for that config at the same "
-                                        "load.",
-                                        className="muted",
-                                    ),
-                                    html.Div(
-                                        [
-                                            html.Label("max queue delay", htmlFor=Recs.DELAY),
-                                            dcc.Slider(
-                                                id=Recs.DELAY,
-                                                min=0,
-                                                max=len(WHAT_IF_DELAYS_US) - 1,
-                                                step=1,
-                                                value=0,
-                                                marks={
-                                                    i: f"{d}"
-                                                    for i, d in enumerate(WHAT_IF_DELAYS_US)
-                                                },
-                                            ),
-                                            html.Label(
-                                                "preferred batch sizes", htmlFor=Recs.PREFERRED
-                                            ),
-                                            dcc.Dropdown(
-                                                id=Recs.PREFERRED,
-                                                multi=True,
-                                                value=[],
-                                                placeholder="none (as large as possible)",
-                                                options=[
-                                                    {"label": str(p), "value": p}
-                                                    for p in _PREFERRED_CHOICES
-                                                ],
-                                            ),
-                                            html.Label("instances", htmlFor=Recs.INSTANCES),
-                                            dcc.Slider(
-                                                id=Recs.INSTANCES,
-                                                min=1,
-                                                max=4,
-                                                step=1,
-                                                value=1,
-                                                marks={i: str(i) for i in range(1, 5)},
-                                            ),
-                                        ],
-                                        className="what-if-controls",
-                                    ),
-                                    dcc.Loading(
-                                        dcc.Graph(
-                                            id=Recs.WHAT_IF_GRAPH,
-                                            className="graph",
-                                            config={"displaylogo": False, "displayModeBar": False},
-                                        ),
-                                        type="dot",
-                                    ),
-                                    html.Div(id=Recs.WHAT_IF_SUMMARY),
-                                ],
-                                id=Recs.WHAT_IF,
-                                className="panel",
-                            ),
-                            html.Div(
-                                [
-                                    html.Div(id=Recs.APPLY_PANEL),
-                                    # Always in the layout (its callbacks need it), shown to admins only;
-                                    # the Apply callback checks the role again on the server.
-                                    html.Div(
-                                        dcc.ConfirmDialogProvider(
-                                            html.Button(
-                                                "Apply this change",
-                                                id=Recs.APPLY,
-                                                className="button",
-                                            ),
-                                            id=Recs.APPLY_CONFIRM,
-                                            message="",
-                                        ),
-                                        id=Recs.APPLY_BOX,
-                                        className="hidden",
-                                    ),
-                                ],
-                                className="panel",
-                            ),
-                            html.Div(id=Recs.JOB_STATUS, className="panel job"),
-                        ],
-                        className="rec-main",
-                    ),
-                ],
-                className="rec-layout",
-            ),
         ],
-        className="page page-recommendations",
+        name="recommendations",
     )
 
 
@@ -177,10 +154,11 @@ def _register_list(app: Dash, queries: DashboardQueries) -> None:
     """The tick that reads every model's latest recommendation; the list and the
     chosen one's detail drawn from it."""
 
-    @app.callback(Output(Recs.DATA, "data"), Input(Recs.INTERVAL, "n_intervals"))
-    def tick(_n: int) -> Any:
+    def read() -> Any:
         recs, error = queries.recommendations()
         return {"recs": [to_json(r) for r in recs], "error": error}
+
+    register_tick(app, Recs, read)
 
     @app.callback(
         Output(Recs.BANNER, "children"),
@@ -262,6 +240,49 @@ def _register_what_if(app: Dash, queries: DashboardQueries) -> None:
         )
 
 
+def _apply_offer(
+    chosen: RecommendationView | None, actions: ConfigActions | None
+) -> tuple[Any, ...]:
+    """The Apply panel's text, the button box's class and the confirmation message:
+    Apply is offered to an admin when the change is real and the target takes live
+    changes; otherwise the panel says why not."""
+
+    def say(text: str) -> tuple[Any, ...]:
+        return [html.P(text, className="muted")], "hidden", ""
+
+    if chosen is None:
+        return [], "hidden", ""
+    if not chosen.changes:
+        return say("Nothing to apply: the current config is already the best found.")
+    if not auth.is_admin():
+        return say("Only an admin can apply a change.")
+    target, model = chosen.stored.target, chosen.stored.model
+    if actions is None or not actions.knows(target):
+        return say(
+            "This dashboard does not know where this server is; run "
+            "`batchscope serve` with its URL to apply from here."
+        )
+    # Unreachable and "no live changes" (start it with --model-control-mode=explicit)
+    # read differently; either way the fragment can still be copied.
+    refusal = actions.live_change_refusal(target)
+    if refusal is not None:
+        return say(f"Cannot apply from here: {refusal.rstrip('.')}. Copy the fragment instead.")
+    return (
+        [
+            html.H3("Apply"),
+            html.P(
+                "Loads the proposed config through Triton's model-repository API, "
+                "measures before and after, and rolls back when throughput falls "
+                "or p95 breaks the objective.",
+                className="muted",
+            ),
+        ],
+        "apply-box",
+        f"Apply the recommended config to {model} on {target} now? "
+        f"It is verified and rolled back on a regression.",
+    )
+
+
 def _register_apply(app: Dash, actions: ConfigActions | None) -> None:
     """Apply: shown to an admin when the target takes live changes, started behind a
     confirmation, its progress polled until it is done."""
@@ -274,42 +295,7 @@ def _register_apply(app: Dash, actions: ConfigActions | None) -> None:
         State(Recs.QUERY, "data"),
     )
     def apply_panel(data: Any, query: Any) -> tuple[Any, ...]:
-        chosen = _selected(_recs(data), query)
-
-        def say(text: str) -> tuple[Any, ...]:
-            return [html.P(text, className="muted")], "hidden", ""
-
-        if chosen is None:
-            return [], "hidden", ""
-        if not chosen.changes:
-            return say("Nothing to apply: the current config is already the best found.")
-        if not auth.is_admin():
-            return say("Only an admin can apply a change.")
-        target, model = chosen.stored.target, chosen.stored.model
-        if actions is None or not actions.knows(target):
-            return say(
-                "This dashboard does not know where this server is; run "
-                "`batchscope serve` with its URL to apply from here."
-            )
-        # Unreachable and "no live changes" (start it with --model-control-mode=explicit)
-        # read differently; either way the fragment can still be copied.
-        refusal = actions.live_change_refusal(target)
-        if refusal is not None:
-            return say(f"Cannot apply from here: {refusal.rstrip('.')}. Copy the fragment instead.")
-        return (
-            [
-                html.H3("Apply"),
-                html.P(
-                    "Loads the proposed config through Triton's model-repository API, "
-                    "measures before and after, and rolls back when throughput falls "
-                    "or p95 breaks the objective.",
-                    className="muted",
-                ),
-            ],
-            "apply-box",
-            f"Apply the recommended config to {model} on {target} now? "
-            f"It is verified and rolled back on a regression.",
-        )
+        return _apply_offer(_selected(_recs(data), query), actions)
 
     @app.callback(
         Output(Recs.JOB, "data"),
