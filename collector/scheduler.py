@@ -21,18 +21,11 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
+from collector import records
 from collector.analysis.health import HOST_KIND, TRITON_KIND
 from collector.analysis.rates import rates_between
 from collector.config import Settings
 from collector.errors import CollectError
-from collector.records import (
-    DeviceSample,
-    HostFacts,
-    ModelRates,
-    ModelSample,
-    ProcessSample,
-    TritonSnapshot,
-)
 from collector.sources import SOURCES
 from collector.sources.base import Record, Source
 from collector.store import Store
@@ -84,7 +77,7 @@ class CollectorService:
         self._clock = clock
         self._health: dict[tuple[str, str], SourceHealth] = {}
         # The previous counter sample of each series, for per-scrape rates.
-        self._previous: dict[tuple[str, str, str], ModelSample] = {}
+        self._previous: dict[tuple[str, str, str], records.ModelSample] = {}
         self._lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
 
@@ -104,8 +97,8 @@ class CollectorService:
         error_kind: str | None = None
         error: str | None = None
         try:
-            records = source.collect()
-            self._persist(source.target, records)
+            collected = source.collect()
+            self._persist(source.target, collected)
         except CollectError as exc:
             error_kind, error = exc.error_kind, str(exc)
         except Exception as exc:  # a bug or a surprise must not stop the loop
@@ -168,29 +161,31 @@ class CollectorService:
             )
         health.last_error_kind = error_kind
 
-    def _persist(self, target: str, records: Sequence[Record]) -> None:
+    def _persist(self, target: str, collected: Sequence[Record]) -> None:
         now = self._clock()
-        devices = [r for r in records if isinstance(r, DeviceSample)]
-        processes = [r for r in records if isinstance(r, ProcessSample)]
-        for record in records:
-            if isinstance(record, TritonSnapshot):
+        devices = [r for r in collected if isinstance(r, records.DeviceSample)]
+        processes = [r for r in collected if isinstance(r, records.ProcessSample)]
+        for record in collected:
+            if isinstance(record, records.TritonSnapshot):
                 # The per-scrape rates stored here are what every reader uses.
                 self.store.write_triton(record, self._rates_for(record))
-            elif isinstance(record, HostFacts):
+            elif isinstance(record, records.HostFacts):
                 self.store.write_host_facts(target, record)
         if devices:
             self.store.write_devices(target, now, devices)
         if processes:
             self.store.write_processes(target, now, processes)
 
-    def _rates_for(self, snapshot: TritonSnapshot) -> dict[tuple[str, str], ModelRates]:
+    def _rates_for(
+        self, snapshot: records.TritonSnapshot
+    ) -> dict[tuple[str, str], records.ModelRates]:
         stats = {(s.model, s.version): s for s in snapshot.model_stats}
         instances = {c.model: c.instance_count for c in snapshot.model_configs}
-        rates: dict[tuple[str, str], ModelRates] = {}
+        rates: dict[tuple[str, str], records.ModelRates] = {}
         with self._lock:
             for metrics in snapshot.model_metrics:
                 series = (metrics.model, metrics.version)
-                current = ModelSample(
+                current = records.ModelSample(
                     target=snapshot.target,
                     collected_at=snapshot.collected_at,
                     metrics=metrics,

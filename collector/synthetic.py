@@ -9,21 +9,9 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from collector import records
 from collector.analysis.configs import config_changes, render_pbtxt
 from collector.analysis.rates import rates_between
-from collector.records import (
-    BatcherConfig,
-    BatchStat,
-    Duration,
-    ModelConfig,
-    ModelMetrics,
-    ModelRates,
-    ModelSample,
-    ModelStats,
-    Prediction,
-    Recommendation,
-    TritonSnapshot,
-)
 from collector.store import Store
 
 __all__ = ["Load", "model_config", "scrape_ok", "steady_load", "store_recommendation"]
@@ -37,7 +25,7 @@ def model_config(
     delay_us: int = 0,
     max_batch_size: int = 32,
     instances: int = 1,
-) -> ModelConfig:
+) -> records.ModelConfig:
     doc: dict[str, object] = {
         "name": name,
         "backend": "python",
@@ -49,7 +37,7 @@ def model_config(
             "preferred_batch_size": list(preferred),
             "max_queue_delay_microseconds": delay_us,
         }
-    return ModelConfig(
+    return records.ModelConfig(
         model=name,
         max_batch_size=max_batch_size,
         dynamic_batching=batching,
@@ -68,7 +56,7 @@ class Load:
     ``queue_share`` of it queued; ``batch_mix`` is the share of executions at each
     batch size, ``cost_ms(b)`` an execution's compute time."""
 
-    config: ModelConfig
+    config: records.ModelConfig
     qps: float
     request_ms: float
     queue_share: float
@@ -82,19 +70,19 @@ class Load:
         return sum(b * w for b, w in self.batch_mix.items()) / sum(self.batch_mix.values())
 
 
-def _snapshot_parts(load: Load, elapsed: float) -> tuple[ModelMetrics, ModelStats]:
+def _snapshot_parts(load: Load, elapsed: float) -> tuple[records.ModelMetrics, records.ModelStats]:
     name = load.config.model
     n = load.qps * elapsed
     e = load.qps / load.mean_batch * elapsed
     batches = tuple(
-        BatchStat(
+        records.BatchStat(
             batch_size=b,
-            compute_infer=Duration(count=int(e * w), ns=int(e * w * load.cost_ms(b) * 1e6)),
+            compute_infer=records.Duration(count=int(e * w), ns=int(e * w * load.cost_ms(b) * 1e6)),
         )
         for b, w in sorted(load.batch_mix.items())
     )
     request_us = n * load.request_ms * 1000
-    metrics = ModelMetrics(
+    metrics = records.ModelMetrics(
         model=name,
         version="1",
         request_success=n,
@@ -106,7 +94,7 @@ def _snapshot_parts(load: Load, elapsed: float) -> tuple[ModelMetrics, ModelStat
         compute_infer_duration_us=request_us * (1 - load.queue_share),
         pending_request_count=load.pending,
     )
-    stats = ModelStats(
+    stats = records.ModelStats(
         model=name, version="1", inference_count=int(n), execution_count=int(e), batch_stats=batches
     )
     return metrics, stats
@@ -127,15 +115,17 @@ def steady_load(
     sample after the first carries its per-scrape rates, as the collector stores them
     (rollups average those)."""
     ticks = int(seconds / step)
-    previous: dict[str, ModelSample] = {}
+    previous: dict[str, records.ModelSample] = {}
     for i in range(ticks + 1):
         at = start + i * step
         if skip is not None and skip[0] <= at < skip[1]:
             continue
         parts = [_snapshot_parts(load, i * step) for load in loads]
-        rates: dict[tuple[str, str], ModelRates] = {}
+        rates: dict[tuple[str, str], records.ModelRates] = {}
         for load, (metrics, stats) in zip(loads, parts, strict=True):
-            sample = ModelSample(target=target, collected_at=at, metrics=metrics, stats=stats)
+            sample = records.ModelSample(
+                target=target, collected_at=at, metrics=metrics, stats=stats
+            )
             before = previous.get(metrics.model)
             if before is not None:
                 rates[(metrics.model, metrics.version)] = rates_between(
@@ -143,7 +133,7 @@ def steady_load(
                 )
             previous[metrics.model] = sample
         store.write_triton(
-            TritonSnapshot(
+            records.TritonSnapshot(
                 target=target,
                 collected_at=at,
                 server_version="2.59.0",
@@ -170,17 +160,23 @@ def scrape_ok(
 
 
 def store_recommendation(
-    store: Store, *, target: str, config: ModelConfig, qps: float, p95_ms: float, created_at: float
+    store: Store,
+    *,
+    target: str,
+    config: records.ModelConfig,
+    qps: float,
+    p95_ms: float,
+    created_at: float,
 ) -> int:
     """A probe recommendation (dynamic batching on, no delay) stored the way
     ``batchscope recommend`` stores one; its id."""
-    current = BatcherConfig.from_model_config(config)
-    proposed = BatcherConfig(
+    current = records.BatcherConfig.from_model_config(config)
+    proposed = records.BatcherConfig(
         max_batch_size=current.max_batch_size,
         dynamic_batching=True,
         instance_count=current.instance_count,
     )
-    rec = Recommendation(
+    rec = records.Recommendation(
         target=target,
         model=config.model,
         created_at=created_at,
@@ -188,8 +184,8 @@ def store_recommendation(
         changes=config_changes(current, proposed),
         current_config=current,
         proposed_config=proposed,
-        current=Prediction(qps=qps, p95_ms=p95_ms),
-        predicted=Prediction(qps=qps * 2.5, p95_ms=p95_ms * 0.9),
+        current=records.Prediction(qps=qps, p95_ms=p95_ms),
+        predicted=records.Prediction(qps=qps * 2.5, p95_ms=p95_ms * 0.9),
         confidence=0.3,
         reason="requests wait in the queue one at a time; dynamic batching with no delay "
         "groups those already waiting",

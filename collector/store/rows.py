@@ -10,16 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.records import (
-    DeviceSample,
-    Finding,
-    ModelConfig,
-    ModelPeaks,
-    ModelRates,
-    ProcessSample,
-    Recommendation,
-    ServerMetrics,
-)
+from collector import records
 
 __all__ = [
     "RECOMMENDATION_OUTCOMES",
@@ -88,7 +79,7 @@ class _Collected:
 class StoredModelConfig(_Collected):
     """A model's config as first seen at ``collected_at`` (a row exists per change)."""
 
-    config: ModelConfig
+    config: records.ModelConfig
 
     @property
     def model(self) -> str:
@@ -97,16 +88,16 @@ class StoredModelConfig(_Collected):
 
 @dataclass(frozen=True)
 class StoredDevice(_Collected):
-    sample: DeviceSample
+    sample: records.DeviceSample
 
 
 @dataclass(frozen=True)
 class StoredProcess(_Collected):
-    sample: ProcessSample
+    sample: records.ProcessSample
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProcessBucket(ProcessSample):
+class ProcessBucket(records.ProcessSample):
     """One process's readings averaged over one time bucket (``bucket`` counts
     buckets from the start of the read): a ``ProcessSample`` of the means of its
     ``cpu_pct`` and ``sm_util_pct`` (``None`` when no sample had the reading; the
@@ -119,7 +110,7 @@ class ProcessBucket(ProcessSample):
 
 @dataclass(frozen=True)
 class StoredServer(_Collected):
-    metrics: ServerMetrics
+    metrics: records.ServerMetrics
 
 
 @dataclass(frozen=True)
@@ -140,8 +131,8 @@ class ModelRollup:
     bucket_start: float
     bucket_s: float
     sample_count: int
-    rates: ModelRates | None = None
-    peaks: ModelPeaks | None = None
+    rates: records.ModelRates | None = None
+    peaks: records.ModelPeaks | None = None
     pending_request_count: float | None = None
     pending_request_count_max: float | None = None
 
@@ -158,8 +149,8 @@ class DeviceRollup:
     bucket_start: float
     bucket_s: float
     sample_count: int
-    mean: DeviceSample
-    peak: DeviceSample
+    mean: records.DeviceSample
+    peak: records.DeviceSample
 
     @property
     def source(self) -> str:
@@ -200,7 +191,7 @@ class RetentionReport:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StoredFinding(Finding):
+class StoredFinding(records.Finding):
     """A stored ``Finding``: its id, when it was stored and when it was resolved
     (``None`` while it holds)."""
 
@@ -245,7 +236,7 @@ class StoredRecommendation:
     at ``applied_at`` with its ``verification`` figures."""
 
     id: int
-    recommendation: Recommendation
+    recommendation: records.Recommendation
     status: str = "open"
     applied_at: float | None = None
     verification: dict[str, Any] | None = None

@@ -6,17 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 from typing import Any
 
-from collector.records import (
-    BatchStat,
-    DeviceSample,
-    Duration,
-    ModelConfig,
-    ModelMetrics,
-    ModelRates,
-    ModelSample,
-    ModelStats,
-    QueuePolicy,
-)
+from collector import records
 from collector.store.mapping import RowValues, rates_from, rates_values, record_from
 from collector.store.rows import StoredModelConfig
 from collector.store.schema import DEVICE_COLUMNS
@@ -32,15 +22,15 @@ __all__ = [
 ]
 
 # ``ModelStats`` duration fields, each stored as ``stats_<name>_count``/``_ns``.
-_STAT_DURATIONS = tuple(f.name for f in fields(ModelStats) if f.type == "Duration")
+_STAT_DURATIONS = tuple(f.name for f in fields(records.ModelStats) if f.type == "Duration")
 _METRIC_FIELDS = tuple(
     f.name
-    for f in fields(ModelMetrics)
+    for f in fields(records.ModelMetrics)
     if f.name not in ("model", "version", "summary_quantiles_us", "histogram_buckets")
 )
 
 
-def device_values(target_id: int, at: float, d: DeviceSample) -> dict[str, Any]:
+def device_values(target_id: int, at: float, d: records.DeviceSample) -> dict[str, Any]:
     values = {DEVICE_COLUMNS.get(k, k): v for k, v in asdict(d).items()}
     return {"target_id": target_id, "collected_at": at, **values}
 
@@ -48,9 +38,9 @@ def device_values(target_id: int, at: float, d: DeviceSample) -> dict[str, Any]:
 def model_sample_values(
     model_id: int,
     at: float,
-    m: ModelMetrics,
-    stats: ModelStats | None,
-    rates: ModelRates | None,
+    m: records.ModelMetrics,
+    stats: records.ModelStats | None,
+    rates: records.ModelRates | None,
 ) -> dict[str, Any]:
     """One ``model_samples`` row. Every row has every key (``None`` where absent):
     an executemany needs the same columns in every row."""
@@ -70,18 +60,18 @@ def model_sample_values(
     values["stats_inference_count"] = stats.inference_count if stats else None
     values["stats_execution_count"] = stats.execution_count if stats else None
     for name in _STAT_DURATIONS:
-        duration: Duration | None = getattr(stats, name) if stats else None
+        duration: records.Duration | None = getattr(stats, name) if stats else None
         values[f"stats_{name}_count"] = duration.count if duration else None
         values[f"stats_{name}_ns"] = duration.ns if duration else None
     values.update(rates_values(rates))
     return values
 
 
-def model_sample_from(row: RowValues, batches: list[BatchStat]) -> ModelSample:
+def model_sample_from(row: RowValues, batches: list[records.BatchStat]) -> records.ModelSample:
     """A sample from a ``model_samples`` row labelled with its model, version and target
     (see ``Store.model_samples``)."""
     model, version = row["model_name"], row["model_version"]
-    metrics = ModelMetrics(
+    metrics = records.ModelMetrics(
         model=model,
         version=version,
         **{name: row[name] for name in _METRIC_FIELDS},
@@ -96,19 +86,21 @@ def model_sample_from(row: RowValues, batches: list[BatchStat]) -> ModelSample:
     )
     stats = None
     if row["stats_inference_count"] is not None:
-        stats = ModelStats(
+        stats = records.ModelStats(
             model=model,
             version=version,
             last_inference_ms=row["stats_last_inference_ms"] or 0,
             inference_count=row["stats_inference_count"],
             execution_count=row["stats_execution_count"] or 0,
             **{
-                name: Duration(row[f"stats_{name}_count"] or 0, row[f"stats_{name}_ns"] or 0)
+                name: records.Duration(
+                    row[f"stats_{name}_count"] or 0, row[f"stats_{name}_ns"] or 0
+                )
                 for name in _STAT_DURATIONS
             },
             batch_stats=tuple(batches),
         )
-    return ModelSample(
+    return records.ModelSample(
         target=row["target_name"],
         collected_at=row["collected_at"],
         metrics=metrics,
@@ -117,7 +109,7 @@ def model_sample_from(row: RowValues, batches: list[BatchStat]) -> ModelSample:
     )
 
 
-def batch_stat_values(model_sample_id: int, b: BatchStat) -> dict[str, Any]:
+def batch_stat_values(model_sample_id: int, b: records.BatchStat) -> dict[str, Any]:
     return {
         "model_sample_id": model_sample_id,
         "batch_size": b.batch_size,
@@ -130,16 +122,16 @@ def batch_stat_values(model_sample_id: int, b: BatchStat) -> dict[str, Any]:
     }
 
 
-def batch_stat_from(row: RowValues) -> BatchStat:
-    return BatchStat(
+def batch_stat_from(row: RowValues) -> records.BatchStat:
+    return records.BatchStat(
         row["batch_size"],
-        Duration(row["compute_input_count"], row["compute_input_ns"]),
-        Duration(row["exec_count"], row["compute_infer_ns"]),
-        Duration(row["compute_output_count"], row["compute_output_ns"]),
+        records.Duration(row["compute_input_count"], row["compute_input_ns"]),
+        records.Duration(row["exec_count"], row["compute_infer_ns"]),
+        records.Duration(row["compute_output_count"], row["compute_output_ns"]),
     )
 
 
-def config_values(target_id: int, at: float, c: ModelConfig) -> dict[str, Any]:
+def config_values(target_id: int, at: float, c: records.ModelConfig) -> dict[str, Any]:
     values = asdict(c)
     values["preferred_batch_sizes"] = list(c.preferred_batch_sizes)
     return {"target_id": target_id, "collected_at": at, **values}
@@ -149,11 +141,11 @@ def stored_config(row: RowValues) -> StoredModelConfig:
     """A config from a ``model_configs`` row labelled with its target's name."""
     policy = row["default_queue_policy"]
     config = record_from(
-        ModelConfig,
+        records.ModelConfig,
         row,
         extra={
             "preferred_batch_sizes": tuple(row["preferred_batch_sizes"]),
-            "default_queue_policy": QueuePolicy(**policy) if policy is not None else None,
+            "default_queue_policy": records.QueuePolicy(**policy) if policy is not None else None,
         },
     )
     return StoredModelConfig(row["target_name"], row["collected_at"], config)
