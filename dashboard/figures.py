@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import plotly.graph_objects as go
@@ -92,41 +93,51 @@ def _times(t: Sequence[float]) -> list[datetime]:
     return [datetime.fromtimestamp(v, tz=UTC) for v in t]
 
 
-def _line(
-    fig: go.Figure,
+@dataclass(frozen=True)
+class _Trace:
+    """One line of a time figure: its legend name, colour and hover value
+    (a Plotly format such as ``"%{y:.1f} req/s"``)."""
+
+    name: str
+    colour: str
+    hover: str
+
+
+def _line_figure(
     series: ModelSeries,
+    theme: str,
+    title: str,
+    y_title: str,
     values: Sequence[float | None],
-    name: str,
-    colour: str,
+    trace: _Trace,
     *,
-    hover: str,
-) -> None:
+    empty_message: str = _NO_SAMPLES,
+    require_values: bool = False,
+) -> go.Figure:
+    """``values`` over the series' times as one line; ``empty_figure`` with
+    ``empty_message`` when the series is empty (or, with ``require_values``, when
+    no value is known)."""
+    if series.empty or (require_values and not any(v is not None for v in values)):
+        return empty_figure(empty_message, theme, title=title)
+    fig = _base(title, theme, y_title=y_title)
     fig.add_trace(
         go.Scatter(
             x=_times(series.t),
             y=list(values),
-            name=name,
+            name=trace.name,
             mode="lines",
-            line={"color": colour, "width": 2},
-            hovertemplate=hover,
+            line={"color": trace.colour, "width": 2},
+            hovertemplate=trace.hover + "<extra></extra>",
         )
     )
+    return fig
 
 
 def qps_figure(series: ModelSeries, theme: str) -> go.Figure:
-    title = "Requests per second"
-    if series.empty:
-        return empty_figure(_NO_SAMPLES, theme, title=title)
-    fig = _base(title, theme, y_title="requests/s")
-    _line(
-        fig,
-        series,
-        series.requests_per_s,
-        "QPS",
-        palette(theme).series[0],
-        hover="%{y:.1f} req/s<extra></extra>",
+    trace = _Trace("QPS", palette(theme).series[0], "%{y:.1f} req/s")
+    return _line_figure(
+        series, theme, "Requests per second", "requests/s", series.requests_per_s, trace
     )
-    return fig
 
 
 def batch_size_figure(
@@ -138,30 +149,27 @@ def batch_size_figure(
 ) -> go.Figure:
     """Average executed batch size, with the preferred sizes (dashed) and the
     maximum (dotted) as the levels it is measured against."""
-    title = "Average batch size"
-    if series.empty or not any(v is not None for v in series.avg_batch_size):
-        return empty_figure(_NO_SAMPLES, theme, title=title)
     p = palette(theme)
-    fig = _base(title, theme, y_title="inferences per execution")
-    _line(
-        fig,
+    trace = _Trace("average batch", p.series[1], "%{y:.2f}")
+    fig = _line_figure(
         series,
+        theme,
+        "Average batch size",
+        "inferences per execution",
         series.avg_batch_size,
-        "average batch",
-        p.series[1],
-        hover="%{y:.2f}<extra></extra>",
+        trace,
+        require_values=True,
     )
-    for size in sorted(set(preferred)):
-        fig.add_hline(
-            y=size,
-            line={"color": p.muted, "dash": "dash", "width": 1},
-            annotation={"text": f"preferred {size}", "font": {"color": p.muted}},
-        )
+    if not fig.data:  # drawn empty: nothing to measure against
+        return fig
+    levels = [(size, "dash", f"preferred {size}") for size in sorted(set(preferred))]
     if max_batch_size:
+        levels.append((max_batch_size, "dot", f"max {max_batch_size}"))
+    for y, dash, text in levels:
         fig.add_hline(
-            y=max_batch_size,
-            line={"color": p.muted, "dash": "dot", "width": 1},
-            annotation={"text": f"max {max_batch_size}", "font": {"color": p.muted}},
+            y=y,
+            line={"color": p.muted, "dash": dash, "width": 1},
+            annotation={"text": text, "font": {"color": p.muted}},
         )
     return fig
 
@@ -175,63 +183,42 @@ def latency_figure(series: ModelSeries, theme: str) -> go.Figure:
     p = palette(theme)
     fig = _base(title, theme, y_title="ms per request")
     x = _times(series.t)
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=list(series.compute_ms),
-            name="compute",
-            mode="lines",
-            stackgroup="time",
-            line={"color": p.compute, "width": 1},
-            hovertemplate="compute %{y:.2f} ms<extra></extra>",
+    # Compute first: the band stacked on top of it is the time spent waiting.
+    bands = (("compute", series.compute_ms, p.compute), ("queue", series.queue_ms, p.queue))
+    for name, values, colour in bands:
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=list(values),
+                name=name,
+                mode="lines",
+                stackgroup="time",
+                line={"color": colour, "width": 1},
+                hovertemplate=name + " %{y:.2f} ms<extra></extra>",
+            )
         )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=list(series.queue_ms),
-            name="queue",
-            mode="lines",
-            stackgroup="time",
-            line={"color": p.queue, "width": 1},
-            hovertemplate="queue %{y:.2f} ms<extra></extra>",
-        )
-    )
     return fig
 
 
 def pending_figure(series: ModelSeries, theme: str) -> go.Figure:
-    title = "Pending requests"
-    if series.empty or not any(v is not None for v in series.pending_request_count):
-        return empty_figure(
-            "Triton reports no pending-request gauge for this model", theme, title=title
-        )
-    fig = _base(title, theme, y_title="requests waiting")
-    _line(
-        fig,
+    trace = _Trace("pending", palette(theme).series[3], "%{y:.1f} waiting")
+    return _line_figure(
         series,
+        theme,
+        "Pending requests",
+        "requests waiting",
         series.pending_request_count,
-        "pending",
-        palette(theme).series[3],
-        hover="%{y:.1f} waiting<extra></extra>",
+        trace,
+        empty_message="Triton reports no pending-request gauge for this model",
+        require_values=True,
     )
-    return fig
 
 
 def failures_figure(series: ModelSeries, theme: str) -> go.Figure:
-    title = "Failed requests per second"
-    if series.empty:
-        return empty_figure(_NO_SAMPLES, theme, title=title)
-    fig = _base(title, theme, y_title="failures/s")
-    _line(
-        fig,
-        series,
-        series.fail_per_s,
-        "failures",
-        palette(theme).failure,
-        hover="%{y:.2f} fail/s<extra></extra>",
+    trace = _Trace("failures", palette(theme).failure, "%{y:.2f} fail/s")
+    return _line_figure(
+        series, theme, "Failed requests per second", "failures/s", series.fail_per_s, trace
     )
-    return fig
 
 
 def distribution_figure(
