@@ -34,37 +34,39 @@ class Palette:
     grid: str
     # Series colours, in the order figures use them.
     series: tuple[str, ...]
-    queue: str
-    compute: str
     failure: str
-    fit: str
+
+    # The time-per-request bands take the first two series colours and the fitted
+    # line the text colour, so they read as the same things across figures.
+    @property
+    def compute(self) -> str:
+        return self.series[0]
+
+    @property
+    def queue(self) -> str:
+        return self.series[1]
+
+    @property
+    def fit(self) -> str:
+        return self.text
 
 
+# Each role's colour in the dark and the light theme, side by side.
+_ROLES: Final = {
+    "background": ("#0f1419", "#ffffff"),
+    "surface": ("#171d24", "#f5f7fa"),
+    "text": ("#e6e9ee", "#1b2430"),
+    "muted": ("#8b95a3", "#5b6675"),
+    "grid": ("#26303b", "#e3e8ef"),
+    "failure": ("#ff5c5c", "#d12f2f"),
+}
+_SERIES: Final = (
+    ("#4ea1ff", "#f2b94b", "#58d68d", "#e07be0", "#5fd3d3", "#ff8a65"),
+    ("#1f6fd1", "#c98a0a", "#1e9e57", "#a13ea1", "#138a8a", "#d9572b"),
+)
 _PALETTES: Final = {
-    DARK: Palette(
-        background="#0f1419",
-        surface="#171d24",
-        text="#e6e9ee",
-        muted="#8b95a3",
-        grid="#26303b",
-        series=("#4ea1ff", "#f2b94b", "#58d68d", "#e07be0", "#5fd3d3", "#ff8a65"),
-        queue="#f2b94b",
-        compute="#4ea1ff",
-        failure="#ff5c5c",
-        fit="#e6e9ee",
-    ),
-    LIGHT: Palette(
-        background="#ffffff",
-        surface="#f5f7fa",
-        text="#1b2430",
-        muted="#5b6675",
-        grid="#e3e8ef",
-        series=("#1f6fd1", "#c98a0a", "#1e9e57", "#a13ea1", "#138a8a", "#d9572b"),
-        queue="#c98a0a",
-        compute="#1f6fd1",
-        failure="#d12f2f",
-        fit="#1b2430",
-    ),
+    theme: Palette(series=_SERIES[column], **{role: pair[column] for role, pair in _ROLES.items()})
+    for column, theme in enumerate(THEMES)
 }
 
 
