@@ -141,6 +141,19 @@ def _recs(data: Any) -> list[RecommendationView]:
     return [from_json(RecommendationView, r) for r in (data or {}).get("recs", [])]
 
 
+def _chosen(data: Any, query: Any) -> RecommendationView | None:
+    """The recommendation the page shows, from its data and its query."""
+    return _selected(_recs(data), query)
+
+
+# What ``_chosen`` is read from: redrawn on each new read of the page's data, or
+# read along when something else (a slider, a click) fires.
+_ON_NEW_DATA = (Input(Recs.DATA, "data"), State(Recs.QUERY, "data"))
+_WITH_DATA = (State(Recs.DATA, "data"), State(Recs.QUERY, "data"))
+# The what-if controls: started at the proposed config, read by the what-if.
+_SLIDERS = (Recs.DELAY, Recs.PREFERRED, Recs.INSTANCES)
+
+
 def register_callbacks(
     app: Dash, queries: DashboardQueries, actions: ConfigActions | None = None
 ) -> None:
@@ -164,8 +177,7 @@ def _register_list(app: Dash, queries: DashboardQueries) -> None:
         Output(Recs.BANNER, "children"),
         Output(Recs.LIST, "children"),
         Output(Recs.DETAIL, "children"),
-        Input(Recs.DATA, "data"),
-        State(Recs.QUERY, "data"),
+        *_ON_NEW_DATA,
     )
     def render(data: Any, query: Any) -> tuple[Any, ...]:
         if data is None:
@@ -186,19 +198,16 @@ def _register_what_if(app: Dash, queries: DashboardQueries) -> None:
     """The sliders, started at the proposed config, and the curve they ask for."""
 
     @app.callback(
-        Output(Recs.DELAY, "value"),
-        Output(Recs.PREFERRED, "value"),
-        Output(Recs.INSTANCES, "value"),
+        *[Output(c, "value") for c in _SLIDERS],
         Output(Recs.SEEDED, "data"),
-        Input(Recs.DATA, "data"),
-        State(Recs.QUERY, "data"),
+        *_ON_NEW_DATA,
         State(Recs.SEEDED, "data"),
         prevent_initial_call=True,
     )
     def start_from_recommendation(data: Any, query: Any, seeded: Any) -> tuple[Any, ...]:
         # The first fill starts the sliders at the proposed config; later refreshes
         # leave whatever the user has set.
-        chosen = _selected(_recs(data), query)
+        chosen = _chosen(data, query)
         if seeded or chosen is None:
             return no_update, no_update, no_update, no_update
         proposed = chosen.stored.recommendation.proposed_config
@@ -212,17 +221,14 @@ def _register_what_if(app: Dash, queries: DashboardQueries) -> None:
     @app.callback(
         Output(Recs.WHAT_IF_GRAPH, "figure"),
         Output(Recs.WHAT_IF_SUMMARY, "children"),
-        Input(Recs.DELAY, "value"),
-        Input(Recs.PREFERRED, "value"),
-        Input(Recs.INSTANCES, "value"),
+        *[Input(c, "value") for c in _SLIDERS],
         Input(Shell.THEME, "value"),
-        State(Recs.DATA, "data"),
-        State(Recs.QUERY, "data"),
+        *_WITH_DATA,
     )
     def what_if(
         delay_index: Any, preferred: Any, instances: Any, theme: str, data: Any, query: Any
     ) -> tuple[Any, ...]:
-        chosen = _selected(_recs(data), query)
+        chosen = _chosen(data, query)
         if chosen is None:
             view = None
         else:
@@ -291,23 +297,21 @@ def _register_apply(app: Dash, actions: ConfigActions | None) -> None:
         Output(Recs.APPLY_PANEL, "children"),
         Output(Recs.APPLY_BOX, "className"),
         Output(Recs.APPLY_CONFIRM, "message"),
-        Input(Recs.DATA, "data"),
-        State(Recs.QUERY, "data"),
+        *_ON_NEW_DATA,
     )
     def apply_panel(data: Any, query: Any) -> tuple[Any, ...]:
-        return _apply_offer(_selected(_recs(data), query), actions)
+        return _apply_offer(_chosen(data, query), actions)
 
     @app.callback(
         Output(Recs.JOB, "data"),
         Output(Recs.JOB_POLL, "disabled"),
         Output(Recs.JOB_STATUS, "children", allow_duplicate=True),
         Input(Recs.APPLY_CONFIRM, "submit_n_clicks"),
-        State(Recs.DATA, "data"),
-        State(Recs.QUERY, "data"),
+        *_WITH_DATA,
         prevent_initial_call=True,
     )
     def apply(submitted: Any, data: Any, query: Any) -> tuple[Any, ...]:
-        chosen = _selected(_recs(data), query)
+        chosen = _chosen(data, query)
         if not submitted or chosen is None:
             return no_update, no_update, no_update
         if not auth.is_admin():  # the button is hidden from viewers; this is the guard
