@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from collector.analysis.recommend import (
+    BatcherModel,
+    Observation,
     RecommendSettings,
     batcher_model,
     observe_model,
@@ -87,6 +89,58 @@ def _grid_predictions(
     return lines, q_err, p_err, best_pred, errors
 
 
+def _against_sweep_best(
+    measured: dict[str, dict[str, Any]], objective: float, pick: str | None
+) -> tuple[str | None, float | None]:
+    """The sweep-best config that meets the objective, and the model's pick's measured
+    QPS over it (``None`` when either is missing)."""
+    ok = {
+        n: m
+        for n, m in measured.items()
+        if m["errors"] == 0 and m["p95_ms"] is not None and m["p95_ms"] <= objective
+    }
+    best_name = max(ok, key=lambda n: ok[n]["qps"]) if ok else None
+    ratio = (
+        measured[pick]["qps"] / ok[best_name]["qps"]
+        if pick and best_name and pick in measured
+        else None
+    )
+    return best_name, ratio
+
+
+def _print_summary(
+    summary: dict[str, Any],
+    obs: Observation,
+    model: BatcherModel,
+    detail_lines: list[str] | None,
+    errors: dict[str, tuple[float, float]],
+) -> None:
+    """One row's summary as the replay prints it (with each config's line when given)."""
+    pick, ratio = summary["model_pick"], summary["grid_ratio"]
+    print(
+        f"({summary['case']}) c={summary['concurrency']}: N={obs.population} "
+        f"Z={obs.think_ms:.2f} ms (least {obs.least_think_ms:.2f}) "
+        f"scale={model.scale:.2f} "
+        f"fit {obs.fit.intercept_ms:.2f}+{obs.fit.per_sample_ms:.3f}/sample "
+        f"overhead={obs.overhead_ms:.2f} cpu={obs.cpu_fraction:.2f} "
+        f"cores={obs.cores_available}"
+    )
+    if detail_lines is not None:
+        print("\n".join(detail_lines))
+    print(
+        f"    QPS error median {summary['qps_err_median']:.0%} max "
+        f"{summary['qps_err_max']:.0%}; p95 error median "
+        f"{summary['p95_err_median']:.0%} max {summary['p95_err_max']:.0%}; "
+        f"model's pick {pick} vs sweep-best {summary['sweep_best']}: ratio "
+        + (f"{ratio:.2f}" if ratio is not None else "-")
+        + (
+            f"; pick's error QPS {errors[pick][0]:+.0%} p95 {errors[pick][1]:+.0%}"
+            if pick in errors
+            else ""
+        )
+    )
+
+
 def replay(
     report: dict[str, Any],
     stores: Path,
@@ -112,7 +166,7 @@ def replay(
         finally:
             store.close()
         model = batcher_model(obs, settings) if obs is not None else None
-        if model is None:
+        if obs is None or model is None:
             print(f"({row['case']}) c={row['concurrency']}: no model (too little data)")
             continue
         measured = {
@@ -123,18 +177,8 @@ def replay(
         objective = row["objective_p95_ms"]
         grid = _grid_predictions(model, sweep["grid"], measured, objective)
         lines, q_err, p_err, best_pred, errors = grid
-        ok = {
-            n: m
-            for n, m in measured.items()
-            if m["errors"] == 0 and m["p95_ms"] is not None and m["p95_ms"] <= objective
-        }
-        best_name = max(ok, key=lambda n: ok[n]["qps"]) if ok else None
         pick = best_pred[1] if best_pred else None
-        ratio = (
-            measured[pick]["qps"] / ok[best_name]["qps"]
-            if pick and best_name and pick in measured
-            else None
-        )
+        best_name, ratio = _against_sweep_best(measured, objective, pick)
         summary = {
             "case": row["case"],
             "concurrency": row["concurrency"],
@@ -150,28 +194,7 @@ def replay(
             "grid_ratio": ratio,
         }
         out.append(summary)
-        print(
-            f"({row['case']}) c={row['concurrency']}: N={obs.population} "
-            f"Z={obs.think_ms:.2f} ms (least {obs.least_think_ms:.2f}) "
-            f"scale={model.scale:.2f} "
-            f"fit {obs.fit.intercept_ms:.2f}+{obs.fit.per_sample_ms:.3f}/sample "
-            f"overhead={obs.overhead_ms:.2f} cpu={obs.cpu_fraction:.2f} "
-            f"cores={obs.cores_available}"
-        )
-        if detail:
-            print("\n".join(lines))
-        print(
-            f"    QPS error median {summary['qps_err_median']:.0%} max "
-            f"{summary['qps_err_max']:.0%}; p95 error median "
-            f"{summary['p95_err_median']:.0%} max {summary['p95_err_max']:.0%}; "
-            f"model's pick {pick} vs sweep-best {best_name}: ratio "
-            + (f"{ratio:.2f}" if ratio is not None else "-")
-            + (
-                f"; pick's error QPS {errors[pick][0]:+.0%} p95 {errors[pick][1]:+.0%}"
-                if pick in errors
-                else ""
-            )
-        )
+        _print_summary(summary, obs, model, lines if detail else None, errors)
     return out
 
 

@@ -458,7 +458,7 @@ class Options:
     keep_stores: str | None = None
 
 
-def parse_options(argv: Sequence[str] | None) -> Options:
+def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench/recommend.py",
         description="Recommended batching config vs an exhaustive sweep on the CPU testbed.",
@@ -527,6 +527,11 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         help="keep each observation's SQLite store in DIR (as "
         "CASE_cN.db), so bench/model_accuracy.py can replay it",
     )
+    return parser
+
+
+def parse_options(argv: Sequence[str] | None) -> Options:
+    parser = _build_parser()
     args = parser.parse_args(argv)
 
     cases = tuple(c.strip() for c in args.cases.split(",") if c.strip())
@@ -1041,50 +1046,55 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def format_report(report: BenchReport) -> str:
-    lines: list[str] = []
-    paired = bool(report.options["confirm"])
+def _case_table(report: BenchReport, key: str, paired: bool) -> list[str]:
+    """One case's heading and its row per concurrency (nothing when it has no rows)."""
+    case = CASES[key]
+    rows = [r for r in report.rows if r.case == key]
+    if not rows:
+        return []
     header = (
         f"{'c':>3}  {'baseline':>11}  {'recommended':<17} {'rec QPS/p95':>11}  "
         f"{'sweep-best':<17} {'best QPS/p95':>12}  {'ratio':>5}  "
         + (f"{'paired':>6}  " if paired else "")
         + f"{'QPS err':>7}  {'p95 err':>7}  {'t_rec s':>7}  {'sweep s':>7}"
     )
-    for key in report.options["cases"]:
-        case = CASES[key]
-        rows = [r for r in report.rows if r.case == key]
-        if not rows:
-            continue
-        slos = ", ".join(
-            f"c{r.concurrency} {r.slo_p95_ms:g} ms" for r in rows if r.slo_p95_ms is not None
-        )
-        objective = f"p95 SLO {slos}" if slos else "p95 <= 1.1 x baseline p95"
+    lines: list[str] = []
+    slos = ", ".join(
+        f"c{r.concurrency} {r.slo_p95_ms:g} ms" for r in rows if r.slo_p95_ms is not None
+    )
+    objective = f"p95 SLO {slos}" if slos else "p95 <= 1.1 x baseline p95"
+    lines.append(
+        f"({key}) {case.model} (fixed {case.spec.fixed_ms:g} ms + "
+        f"{case.spec.per_sample_ms:g} ms/sample): {case.description}; "
+        f"objective {objective}"
+    )
+    if rows[0].sweep_case and rows[0].sweep_case != key:
+        lines.append(f"    sweep measurements shared with case ({rows[0].sweep_case})")
+    lines.append(header)
+    lines.append("-" * len(header))
+    for r in rows:
+        rec_cfg = r.recommended_config or "-"
+        if r.recommended_kind and r.recommended_kind != "tune":
+            rec_cfg += f" ({r.recommended_kind})"
+        mark = "" if r.recommended_meets_objective in (None, True) else "!"
         lines.append(
-            f"({key}) {case.model} (fixed {case.spec.fixed_ms:g} ms + "
-            f"{case.spec.per_sample_ms:g} ms/sample): {case.description}; "
-            f"objective {objective}"
+            f"{r.concurrency:>3}  {r.baseline.short():>11}  {rec_cfg:<17} "
+            f"{(r.recommended.short() + mark) if r.recommended else '-':>11}  "
+            f"{r.sweep_best_config or 'none meets':<17} "
+            f"{r.sweep_best.short() if r.sweep_best else '-':>12}  "
+            f"{_num(r.ratio, '.2f'):>5}  "
+            + (f"{_num(r.paired_ratio, '.2f'):>6}  " if paired else "")
+            + f"{_pct(r.qps_error):>7}  {_pct(r.p95_error):>7}  "
+            f"{_num(r.time_to_recommendation_s, '.1f'):>7}  "
+            f"{_num(r.sweep_wall_s, '.0f'):>7}"
         )
-        if rows[0].sweep_case and rows[0].sweep_case != key:
-            lines.append(f"    sweep measurements shared with case ({rows[0].sweep_case})")
-        lines.append(header)
-        lines.append("-" * len(header))
-        for r in rows:
-            rec_cfg = r.recommended_config or "-"
-            if r.recommended_kind and r.recommended_kind != "tune":
-                rec_cfg += f" ({r.recommended_kind})"
-            mark = "" if r.recommended_meets_objective in (None, True) else "!"
-            lines.append(
-                f"{r.concurrency:>3}  {r.baseline.short():>11}  {rec_cfg:<17} "
-                f"{(r.recommended.short() + mark) if r.recommended else '-':>11}  "
-                f"{r.sweep_best_config or 'none meets':<17} "
-                f"{r.sweep_best.short() if r.sweep_best else '-':>12}  "
-                f"{_num(r.ratio, '.2f'):>5}  "
-                + (f"{_num(r.paired_ratio, '.2f'):>6}  " if paired else "")
-                + f"{_pct(r.qps_error):>7}  {_pct(r.p95_error):>7}  "
-                f"{_num(r.time_to_recommendation_s, '.1f'):>7}  "
-                f"{_num(r.sweep_wall_s, '.0f'):>7}"
-            )
-        lines.append("")
+    lines.append("")
+    return lines
+
+
+def _report_footer(report: BenchReport, paired: bool) -> list[str]:
+    """The legend, the targets, the wall time and the interference seen."""
+    lines: list[str] = []
     lines.append(
         "QPS/p95: closed-loop QPS and client-side p95 (ms); '!' marks a recommended "
         "config whose p95 breaks the objective; (probe)/(no_change)/(none): the final "
@@ -1125,6 +1135,15 @@ def format_report(report: BenchReport) -> str:
             f"(>= {DISTURBED_FOREIGN_CORES} cores or >= {DISTURBED_STEAL:.0%} "
             f"steal), marked '~'"
         )
+    return lines
+
+
+def format_report(report: BenchReport) -> str:
+    paired = bool(report.options["confirm"])
+    lines: list[str] = []
+    for key in report.options["cases"]:
+        lines.extend(_case_table(report, key, paired))
+    lines.extend(_report_footer(report, paired))
     return "\n".join(lines)
 
 
