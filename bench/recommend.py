@@ -66,7 +66,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -260,21 +260,14 @@ def meets(measure: Measure, objective_p95_ms: float) -> bool:
 
 @dataclass
 class Round:
-    """One observation window and the recommendation made from it."""
+    """One observation window and the recommendation made from it (``None``: too little
+    data to make one)."""
 
     loaded: str  # config under observation (short form)
     observed: Measure  # the load generator's own figures over the window
     window_s: float
     recommend_s: float  # time recommend_model took
-    kind: str
-    proposed: str
-    changes: list[str]
-    current_qps: float | None
-    current_p95_ms: float | None
-    predicted_qps: float | None
-    predicted_p95_ms: float | None
-    confidence: float | None
-    reason: str
+    recommendation: Recommendation | None
     target: str = ""  # the store's target name, and when the window ended (epoch s):
     ended_at: float = 0.0  # with --keep-stores, enough to observe the window again
 
@@ -760,8 +753,12 @@ class Bench:
                         now=ended,
                     )
                     row.rounds.append(
-                        replace(
-                            _round(self.loaded, observed, window, time.monotonic() - t_rec, rec),
+                        Round(
+                            loaded=short(self.loaded),
+                            observed=observed,
+                            window_s=window,
+                            recommend_s=time.monotonic() - t_rec,
+                            recommendation=rec,
                             target=target.name,
                             ended_at=ended,
                         )
@@ -829,42 +826,6 @@ class Bench:
             f"{[m.short() for m in row.confirm_recommended]} vs {short(best)} "
             f"{[m.short() for m in row.confirm_best]}"
         )
-
-
-def _round(
-    loaded: BatcherConfig, observed: Measure, window: float, took: float, rec: Recommendation | None
-) -> Round:
-    if rec is None:
-        return Round(
-            loaded=short(loaded),
-            observed=observed,
-            window_s=window,
-            recommend_s=took,
-            kind="none",
-            proposed="-",
-            changes=[],
-            current_qps=None,
-            current_p95_ms=None,
-            predicted_qps=None,
-            predicted_p95_ms=None,
-            confidence=None,
-            reason="too little data",
-        )
-    return Round(
-        loaded=short(loaded),
-        observed=observed,
-        window_s=window,
-        recommend_s=took,
-        kind=rec.kind,
-        proposed=short(rec.proposed_config),
-        changes=[str(c) for c in rec.changes],
-        current_qps=rec.current.qps,
-        current_p95_ms=rec.current.p95_ms,
-        predicted_qps=rec.predicted.qps,
-        predicted_p95_ms=rec.predicted.p95_ms,
-        confidence=rec.confidence,
-        reason=rec.reason,
-    )
 
 
 def fill_sweep(row: Row, sweep: Sweep) -> None:
