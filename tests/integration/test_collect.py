@@ -162,37 +162,43 @@ def test_status_json_reports_models_and_instance_processes(
     assert set(data) == {"models", "devices", "processes"}
     rows = {m["model"]: m for m in data["models"]}
     assert set(rows) == {"batched", "unbatched"}
+    # The nested shape (README, status --json): the model's ``rates`` and ``config``
+    # under the records' own field names; a process's latest reading under ``sample``.
+    batched = rows["batched"]
+    for field in ("target", "model", "version", "pending_request_count"):
+        assert field in batched, field
     for field in (
-        "target",
-        "model",
-        "version",
-        "qps",
-        "infer_per_s",
-        "exec_per_s",
+        "requests_per_s",
+        "inferences_per_s",
+        "executions_per_s",
         "avg_batch_size",
-        "queue_us",
-        "compute_infer_us",
-        "request_us",
+        "queue_us_per_request",
+        "compute_infer_us_per_request",
+        "request_us_per_request",
         "queue_share",
-        "pending",
         "fail_per_s",
+    ):
+        assert field in batched["rates"], field
+    for field in (
         "dynamic_batching",
         "max_queue_delay_us",
         "preferred_batch_sizes",
         "max_batch_size",
         "instance_count",
     ):
-        assert field in rows["batched"], field
-    assert rows["batched"]["dynamic_batching"] is True
-    assert rows["batched"]["preferred_batch_sizes"] == [8, 16]
-    assert rows["batched"]["max_queue_delay_us"] == 2000
-    assert rows["unbatched"]["dynamic_batching"] is False
-    assert rows["batched"]["max_batch_size"] == 32 and rows["batched"]["instance_count"] == 1
-    stubs = {p["model"]: p for p in data["processes"] if p["role"] == "stub"}
+        assert field in batched["config"], field
+    assert batched["config"]["dynamic_batching"] is True
+    assert batched["config"]["preferred_batch_sizes"] == [8, 16]
+    assert batched["config"]["max_queue_delay_us"] == 2000
+    assert rows["unbatched"]["config"]["dynamic_batching"] is False
+    assert batched["config"]["max_batch_size"] == 32 and batched["config"]["instance_count"] == 1
+    stubs = {p["sample"]["model"]: p for p in data["processes"] if p["sample"]["role"] == "stub"}
     assert set(stubs) == {"batched", "unbatched"}
-    assert all(p["instance_name"] for p in stubs.values())
-    assert stubs["batched"]["cpu_pct"] is not None and stubs["batched"]["cpu_pct"] > 0
-    assert [p for p in data["processes"] if p["role"] == "server"]
+    assert all(p["sample"]["instance_name"] for p in stubs.values())
+    # The CPU share averaged over the window (the latest tick's reading may be idle).
+    cpu_pct_mean = stubs["batched"]["cpu_pct_mean"]
+    assert cpu_pct_mean is not None and cpu_pct_mean > 0
+    assert [p for p in data["processes"] if p["sample"]["role"] == "server"]
 
 
 def test_restart_marks_target_down_then_up_without_negative_rates(
