@@ -25,7 +25,7 @@ from collector.config import ApplySettings, Settings, TargetSettings, UiSettings
 from collector.scheduler import CollectorService, build_sources
 from collector.store import Store
 from collector.testbed.load import run_load
-from collector.testbed.models import ModelSpec
+from collector.testbed.models import BATCHED_AND_UNBATCHED, ModelSpec
 from collector.testbed.server import TritonServer
 from dashboard import ids
 from dashboard.actions import ConfigActions
@@ -34,18 +34,7 @@ from tests.browser.conftest import assert_no_html_ran, open_model_page, severe_l
 
 ADMIN_PASSWORD = "admin-secret-1"
 VIEWER_PASSWORD = "viewer-secret-2"
-MODELS = (
-    ModelSpec(
-        "batched",
-        fixed_ms=4.0,
-        per_sample_ms=0.5,
-        max_batch_size=32,
-        dynamic_batching=True,
-        preferred_batch_sizes=(8, 16),
-        max_queue_delay_us=2000,
-    ),
-    ModelSpec("unbatched", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32),
-)
+MODELS = BATCHED_AND_UNBATCHED
 # A model whose name is HTML, served for real: an ensemble over "unbatched" (Triton's
 # Python backend could not start a model of that name: it passes names to a shell).
 HOSTILE = "<img src=x onerror=alert(1)>"
