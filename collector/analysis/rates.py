@@ -48,6 +48,8 @@ __all__ = [
     "rates_between",
     "rates_from_increase",
     "stats_reset",
+    "sum_batch_stats",
+    "window_batch_stats",
     "window_rates",
 ]
 
@@ -162,6 +164,47 @@ def batch_stats_increase(
         if delta.exec_count > 0:
             out.append(delta)
     return tuple(sorted(out, key=lambda s: s.batch_size))
+
+
+def sum_batch_stats(parts: Iterable[Sequence[BatchStat]]) -> tuple[BatchStat, ...]:
+    """Increases per executed batch size added up, size by size."""
+    totals: dict[int, BatchStat] = {}
+    for part in parts:
+        for b in part:
+            t = totals.get(b.batch_size)
+            totals[b.batch_size] = (
+                b
+                if t is None
+                else BatchStat(
+                    batch_size=b.batch_size,
+                    compute_input=_duration_sum(t.compute_input, b.compute_input),
+                    compute_infer=_duration_sum(t.compute_infer, b.compute_infer),
+                    compute_output=_duration_sum(t.compute_output, b.compute_output),
+                )
+            )
+    return tuple(totals[size] for size in sorted(totals))
+
+
+def window_batch_stats(
+    samples: Sequence[ModelSample], *, since: float | None = None
+) -> tuple[BatchStat, ...]:
+    """Executions and time per executed batch size over a window of one series: the
+    ``batch_stats`` increases of every pair (ending at or after ``since``) summed per
+    size. A pair across a restart or reload counts from zero, as ``counter_increase``
+    does."""
+    return sum_batch_stats(
+        batch_stats_increase(
+            prev.stats.batch_stats if prev.stats else None,
+            cur.stats.batch_stats,
+            reset=prev.stats is None or is_reset(prev, cur),
+        )
+        for prev, cur in zip(samples, samples[1:], strict=False)
+        if cur.stats is not None and (since is None or cur.collected_at >= since)
+    )
+
+
+def _duration_sum(a: Duration, b: Duration) -> Duration:
+    return Duration(count=a.count + b.count, ns=a.ns + b.ns)
 
 
 def _duration_increase(prev: Duration, cur: Duration) -> Duration:

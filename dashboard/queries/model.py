@@ -11,7 +11,7 @@ from typing import Final
 
 from collector.analysis.configs import render_pbtxt
 from collector.analysis.fit import fit_service_time
-from collector.analysis.rates import batch_stats_increase, stats_reset
+from collector.analysis.rates import batch_stats_increase, sum_batch_stats, window_batch_stats
 from collector.records import BatchStat, Duration, ModelSample
 from collector.store import Store, StoredRecommendation
 from dashboard.queries.views import BatchDistribution, RecommendationView, ServiceTimeView
@@ -36,41 +36,22 @@ def by_version(samples: Iterable[ModelSample]) -> dict[str, list[ModelSample]]:
     return out
 
 
-def _sum_batches(increases: Iterable[BatchStat], into: dict[int, list[int]]) -> None:
-    for b in increases:
-        t = into.setdefault(b.batch_size, [0, 0, 0, 0])
-        t[0] += b.exec_count
-        t[1] += b.compute_input.ns
-        t[2] += b.compute_infer.ns
-        t[3] += b.compute_output.ns
-
-
-def _distribution(totals: dict[int, list[int]]) -> BatchDistribution:
-    sizes = sorted(s for s, t in totals.items() if t[0] > 0)
+def _distribution(batches: Sequence[BatchStat]) -> BatchDistribution:
+    executed = [b for b in batches if b.exec_count > 0]
     return BatchDistribution(
-        sizes=sizes,
-        executions=[totals[s][0] for s in sizes],
-        mean_ms=[(totals[s][1] + totals[s][2] + totals[s][3]) / totals[s][0] / 1e6 for s in sizes],
+        sizes=[b.batch_size for b in executed],
+        executions=[b.exec_count for b in executed],
+        mean_ms=[b.compute_ns / b.exec_count / 1e6 for b in executed],
     )
 
 
 def distribution_pairwise(samples: Sequence[ModelSample], since: float) -> BatchDistribution:
     """Exact: the batch_stats increase of every pair ending in the range."""
-    totals: dict[int, list[int]] = {}
-    for series in by_version(samples).values():
-        for prev, cur in zip(series, series[1:], strict=False):
-            if cur.collected_at < since or cur.stats is None:
-                continue
-            reset = prev.stats is None or stats_reset(prev, cur)
-            _sum_batches(
-                batch_stats_increase(
-                    prev.stats.batch_stats if prev.stats else None,
-                    cur.stats.batch_stats,
-                    reset=reset,
-                ),
-                totals,
-            )
-    return _distribution(totals)
+    return _distribution(
+        sum_batch_stats(
+            window_batch_stats(series, since=since) for series in by_version(samples).values()
+        )
+    )
 
 
 def distribution_edges(
@@ -89,15 +70,15 @@ def distribution_edges(
             target=target, model=model, since=max(until - _EDGE_S, since), until=until
         )
     )
-    totals: dict[int, list[int]] = {}
+    increases = []
     for version, newest in last.items():
         end = newest[-1]
         if end.stats is None:
             continue
         start = first.get(version, [None])[0]
         before = start.stats.batch_stats if start is not None and start.stats else None
-        _sum_batches(batch_stats_increase(before, end.stats.batch_stats), totals)
-    return _distribution(totals)
+        increases.append(batch_stats_increase(before, end.stats.batch_stats))
+    return _distribution(sum_batch_stats(increases))
 
 
 def service_time(

@@ -19,6 +19,8 @@ from collector.analysis.rates import (
     peak_rates,
     rates_between,
     rates_from_increase,
+    sum_batch_stats,
+    window_batch_stats,
     window_rates,
 )
 from collector.records import (
@@ -175,6 +177,30 @@ def test_batch_stats_increase_per_size_and_on_reset() -> None:
         prev, (BatchStat(1, compute_infer=Duration(1, 100)),), reset=True
     )
     assert [(b.batch_size, b.exec_count) for b in after_reset] == [(1, 1)]
+
+
+def test_window_batch_stats_sum_every_pair_and_count_a_restart_from_zero() -> None:
+    counts = dict(success=0.0, inferences=0.0, execs=0.0, queue_us=0.0, request_us=0.0)
+    series = [
+        sample(0.0, **counts, batches={1: (10, 1000)}),
+        sample(1.0, **{**counts, "success": 5.0}, batches={1: (12, 1200), 4: (1, 400)}),
+        sample(2.0, **{**counts, "success": 9.0}, batches={1: (15, 1500), 4: (3, 1200)}),
+        # Triton restarted: the metrics counters went down, so this reading is all new.
+        sample(3.0, **{**counts, "success": 1.0}, batches={4: (2, 900)}),
+    ]
+    summed = window_batch_stats(series)
+    assert [(b.batch_size, b.exec_count, b.compute_infer.ns) for b in summed] == [
+        (1, 5, 500),
+        (4, 5, 2100),
+    ]
+    since_two = window_batch_stats(series, since=2.0)
+    assert [(b.batch_size, b.exec_count) for b in since_two] == [(1, 3), (4, 4)]
+    assert window_batch_stats(series[:1]) == ()
+    both = sum_batch_stats([summed, since_two])
+    assert [(b.batch_size, b.exec_count, b.compute_infer.ns) for b in both] == [
+        (1, 8, 800),
+        (4, 9, 3800),
+    ]
 
 
 def test_idle_window_has_zero_rates_and_no_ratios() -> None:

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field, replace
 
 from collector.analysis.detect.settings import DetectorSettings
 from collector.analysis.rates import (
-    batch_stats_increase,
     gauge_max,
     gauge_mean,
-    is_reset,
     merge_over_series,
+    sum_batch_stats,
+    window_batch_stats,
     window_rates,
 )
 from collector.records import ModelConfig, ModelRates, ModelSample
@@ -161,14 +161,8 @@ def _model_window(
 def _batch_executions(series: Iterable[Sequence[ModelSample]]) -> dict[int, int]:
     """Executions per executed batch size over the window, summed over ``series``."""
     executions: dict[int, int] = defaultdict(int)
-    for samples in series:
-        for prev, cur in zip(samples, samples[1:], strict=False):
-            if cur.stats is None:
-                continue
-            reset = is_reset(prev, cur) or prev.stats is None
-            before = prev.stats.batch_stats if prev.stats else None
-            for b in batch_stats_increase(before, cur.stats.batch_stats, reset=reset):
-                executions[b.batch_size] += b.exec_count
+    for b in sum_batch_stats(window_batch_stats(samples) for samples in series):
+        executions[b.batch_size] += b.exec_count
     return dict(sorted(executions.items()))
 
 

@@ -16,17 +16,15 @@ from collector.analysis.fit import (
     mean_execution_ms,
 )
 from collector.analysis.rates import (
-    batch_stats_increase,
     gauge_mean,
     increase_from_rates,
-    stats_reset,
+    window_batch_stats,
     window_rates,
 )
 from collector.analysis.recommend.settings import DEFAULT_SETTINGS, RecommendSettings
 from collector.records import (
     BatcherConfig,
     BatchStat,
-    Duration,
     HostFacts,
     ModelConfig,
     ModelRates,
@@ -156,7 +154,7 @@ def observation_from(history: ModelHistory, settings: RecommendSettings) -> Obse
     rates = window_rates(window, instance_count=batcher.instance_count)
     if rates is None or rates.requests_per_s <= 0:
         return None
-    batches = _summed_increase(history_samples)
+    batches = window_batch_stats(history_samples)
     loop = _closed_loop(history, rates, batcher, settings)
     exec_ms, overhead_ms = _overhead(window, rates, batcher, saturated=loop.saturated)
     cpu = _cpu_share(history, config, rates, batcher, window[0].collected_at, end)
@@ -188,31 +186,6 @@ def observation_from(history: ModelHistory, settings: RecommendSettings) -> Obse
             "host_cpu_count": cpu.host_cpu_count,
             **cpu.evidence,
         },
-    )
-
-
-def _summed_increase(samples: Sequence[ModelSample]) -> tuple[BatchStat, ...]:
-    totals: dict[int, list[int]] = {}
-    for prev, cur in zip(samples, samples[1:], strict=False):
-        if cur.stats is None:
-            continue
-        reset = stats_reset(prev, cur) or prev.stats is None
-        for b in batch_stats_increase(
-            prev.stats.batch_stats if prev.stats else None, cur.stats.batch_stats, reset=reset
-        ):
-            t = totals.setdefault(b.batch_size, [0, 0, 0, 0])
-            t[0] += b.exec_count
-            t[1] += b.compute_input.ns
-            t[2] += b.compute_infer.ns
-            t[3] += b.compute_output.ns
-    return tuple(
-        BatchStat(
-            batch_size=size,
-            compute_input=Duration(t[0], t[1]),
-            compute_infer=Duration(t[0], t[2]),
-            compute_output=Duration(t[0], t[3]),
-        )
-        for size, t in sorted(totals.items())
     )
 
 
@@ -333,7 +306,7 @@ def _overhead(
 ) -> tuple[float | None, float]:
     """(mean measured execution time in ms or None, instance time per execution
     outside it in ms)."""
-    exec_ms = mean_execution_ms(_summed_increase(window))
+    exec_ms = mean_execution_ms(window_batch_stats(window))
     overhead_ms = 0.0
     if saturated and exec_ms is not None and rates.executions_per_s > 0:
         # Instances never idle while requests queue: the gap between executions is time
