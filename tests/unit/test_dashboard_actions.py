@@ -11,7 +11,7 @@ import pytest
 from collector.config import target_from_url
 from collector.store import Store
 from dashboard.actions import ActionRefused, ConfigActions
-from tests.unit.test_apply import recommendation
+from tests.unit.test_apply_flow import recommendation
 
 
 def test_an_unknown_target_is_refused(tmp_path: Path) -> None:
