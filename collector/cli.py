@@ -26,6 +26,7 @@ from collector.errors import BatchscopeError, ConfigError
 
 if TYPE_CHECKING:
     from collector.config import Settings
+    from collector.store import Store
 
 __all__ = ["build_parser", "main"]
 
@@ -94,6 +95,21 @@ def _require_targets(settings: Any) -> None:
         raise ConfigError("targets", _NO_TARGET)
 
 
+def _existing_store(db_url: str) -> Store:
+    """The store at ``db_url`` for a command that reads what was collected, opened now
+    and never created: a mistyped URL ends in one line saying there is no store there,
+    not in an empty new file and "no samples yet"."""
+    from collector.store import Store
+
+    store = Store(db_url, create=False)
+    try:
+        store.open()
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
 def _check_ui_flags(args: argparse.Namespace) -> None:
     if not 0 < args.port < 65536:
         raise ConfigError("port", f"must be 1..65535, got {args.port}")
@@ -140,12 +156,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from collector.analysis.status import build_status
     from collector.config import load_settings
     from collector.report import render_status
-    from collector.store import Store
 
     if args.window <= 0:
         raise ConfigError("window", f"must be > 0, got {args.window:g}")
     settings = load_settings(config_file=args.config, overrides={"db_url": args.db_url})
-    store = Store(settings.db_url)
+    store = _existing_store(settings.db_url)
     try:
         report = build_status(store, window_s=args.window)
     finally:
@@ -176,7 +191,9 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
         interval_s=1.0 if args.triton else None,
         sources=["triton", "host"] if args.triton else None,
     )
-    store = Store(settings.db_url)
+    # Observing live writes the samples (into a new store if need be); recommending
+    # from stored samples needs a store that holds some.
+    store = Store(settings.db_url) if args.triton else _existing_store(settings.db_url)
     try:
         if args.triton:
             _observe(settings, store, args.observe)
@@ -214,15 +231,24 @@ def _recommend(store: Any, settings: Any, args: argparse.Namespace) -> tuple[lis
     from collector.analysis.detect import detector_settings, run_detectors
     from collector.analysis.recommend import recommend_model
 
-    findings = list(run_detectors(store, detector_settings(settings.analysis)))
     targets = (
         [t.name for t in settings.targets]
         if args.triton
         else [t.name for t in store.targets() if t.kind == "triton"]
     )
+    models = {t: sorted({m for (_, m) in store.latest_model_configs(t)}) for t in targets}
+    known = sorted({m for names in models.values() for m in names})
+    if args.model and args.model not in known:
+        raise ConfigError(
+            "model",
+            f"unknown model {args.model!r}; known models: {', '.join(known) or 'none yet'}",
+        )
+    findings = list(run_detectors(store, detector_settings(settings.analysis)))
+    if args.model:
+        findings = [f for f in findings if f.subject == args.model]
     recs = []
-    for target in targets:
-        for model in sorted({m for (t, m) in store.latest_model_configs(target) if t == target}):
+    for target, names in models.items():
+        for model in names:
             if args.model and model != args.model:
                 continue
             slo = args.slo_p95_ms if args.slo_p95_ms is not None else settings.slo_p95_ms.get(model)
@@ -269,7 +295,6 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     from collector.apply import ApplyRefused, apply_recommendation, stored_recommendation
     from collector.config import load_settings
     from collector.report import render_recommendation
-    from collector.store import Store
 
     if args.verify_s is not None and args.verify_s <= 0:
         raise ConfigError("verify_s", f"must be > 0, got {args.verify_s:g}")
@@ -284,7 +309,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         },
     )
     (target,) = settings.targets
-    store = Store(settings.db_url)
+    store = _existing_store(settings.db_url)  # the recommendation to apply is stored there
     try:
         found = stored_recommendation(store, target.name, args.model)
         if found is None:
@@ -329,7 +354,6 @@ def _cmd_apply(args: argparse.Namespace) -> int:
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
     from collector.config import load_settings
-    from collector.store import Store
     from dashboard.actions import ConfigActions
     from dashboard.app import serve
 
@@ -337,7 +361,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     settings = load_settings(
         config_file=args.config, overrides={"db_url": args.db_url, "triton": args.triton}
     )
-    store = Store(settings.db_url)
+    store = _existing_store(settings.db_url)
     actions = ConfigActions(store, settings.targets, apply=settings.ui_apply)
     try:
         serve(
@@ -476,7 +500,7 @@ def _add_advice_commands(sub: Any) -> None:
         metavar="S",
         help="with --triton: seconds to observe first (default 30)",
     )
-    recommend.add_argument("--json", action="store_true")
+    recommend.add_argument("--json", action="store_true", help="machine-readable output")
     _add_db_and_config(recommend)
     recommend.set_defaults(func=_cmd_recommend)
 
@@ -487,7 +511,12 @@ def _add_advice_commands(sub: Any) -> None:
     apply.add_argument(
         "--metrics-url", metavar="URL", help="its metrics endpoint (default: same host, port 8002)"
     )
-    apply.add_argument("--model", required=True, metavar="NAME")
+    apply.add_argument(
+        "--model",
+        required=True,
+        metavar="NAME",
+        help="the model whose stored recommendation to apply",
+    )
     apply.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     apply.add_argument(
         "--verify-s",

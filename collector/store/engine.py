@@ -3,8 +3,14 @@
 SQLite (the default, one embedded file) and PostgreSQL (a fleet) are both first-class;
 other SQLAlchemy backends may work but are untested. The schema is brought up to date
 by the migrations (``collector.store.migrate``) on first use, not when the store is
-made, so a process started before its database answers (the dashboard) starts anyway
-and reports the failure where it reads.
+made, so a process started before its database answers starts anyway and reports the
+failure where it reads.
+
+A store made with ``create=False`` (what the read commands use: status, recommend from
+stored samples, dashboard, apply) never makes a database: a missing SQLite file, or a
+database without batchscope's tables, is a ``ConfigError("db_url", ...)`` saying so,
+and nothing is written. An existing store of an older revision is still upgraded in
+place, as by any batchscope that opens it.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, func, insert, select, text
@@ -23,7 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from collector.errors import ConfigError
-from collector.store.migrate import upgrade_to_head
+from collector.store.migrate import holds_store_schema, upgrade_to_head
 from collector.store.schema import Base
 
 __all__ = ["Database", "create_store_engine"]
@@ -35,6 +42,8 @@ _SQLITE_BUSY_TIMEOUT_MS = 10_000
 _WRITE_OPTION = "batchscope_write"
 # Serialises schema upgrades of one PostgreSQL database across processes.
 _PG_MIGRATION_LOCK = 0x62_73_6D_67  # "bsmg"
+# Where a missing store comes from, for the message that says it is missing.
+_MADE_BY = "the commands that collect (collect, serve, demo) create one"
 
 
 class Database:
@@ -46,10 +55,15 @@ class Database:
     unknown backend raises ``ConfigError("db_url", ...)`` here; a database that cannot
     be opened raises it on first use (and is tried again on the next). The password
     is never part of a message.
+
+    ``create=False`` opens only an existing store: a SQLite file that is not there, or
+    a database that holds none of batchscope's tables, raises ``ConfigError("db_url",
+    ...)`` on first use instead of being made (and is looked for again on the next).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self._engine = create_store_engine(url)
+        self._create = create
         self.url = self._engine.url.render_as_string(hide_password=True)
         self._dialect = self._engine.dialect.name
         reader = self._engine
@@ -78,10 +92,14 @@ class Database:
     def open(self) -> None:
         """Connect and bring the schema up to date now (otherwise the first read or
         write does); raises ``ConfigError("db_url", ...)`` when the database cannot be
-        opened. For callers that would rather fail at start (the collector)."""
+        opened, or (``create=False``) when it is not an existing batchscope store. For
+        callers that would rather fail at start (the collector, the dashboard)."""
         with self._schema_lock:
             if self._schema_ready:
                 return
+            if not self._create:
+                # Before connecting: connecting to a missing SQLite file makes it.
+                self._require_sqlite_file()
             try:
                 with self._engine.execution_options(**{_WRITE_OPTION: True}).begin() as conn:
                     if self._dialect == "postgresql":
@@ -89,12 +107,32 @@ class Database:
                             text("SELECT pg_advisory_xact_lock(:key)"),
                             {"key": _PG_MIGRATION_LOCK},
                         )
+                    if not self._create and not holds_store_schema(conn):
+                        raise ConfigError(
+                            "db_url",
+                            f"{self.url} is not a batchscope store (it has none of its "
+                            f"tables); {_MADE_BY}",
+                        )
                     upgrade_to_head(conn)
             except DBAPIError as err:
                 raise ConfigError(
                     "db_url", f"cannot open database {self.url}: {err.orig or err}"
                 ) from err
             self._schema_ready = True
+
+    def _require_sqlite_file(self) -> None:
+        """``ConfigError`` when this is a SQLite file store whose file is not there."""
+        url = self._engine.url
+        path = url.database
+        if self._dialect != "sqlite" or not path or path == ":memory:":
+            return  # an in-memory database is empty: caught as "not a batchscope store"
+        if url.query.get("uri") in ("true", "1"):
+            return  # a sqlite3 "file:" URI; its own mode= says whether it may be made
+        if not Path(path).exists():
+            raise ConfigError(
+                "db_url",
+                f"no batchscope store at {self.url}: the file {path} does not exist; {_MADE_BY}",
+            )
 
     # ------------------------------------------------------------------ sessions
 

@@ -29,6 +29,7 @@ __all__ = [
     "REVISION_JSON",
     "alembic_config",
     "baseline_statements",
+    "holds_store_schema",
     "upgrade_to_head",
 ]
 
@@ -76,3 +77,10 @@ def upgrade_to_head(connection: Connection) -> None:
     if "alembic_version" not in tables and "targets" in tables:
         command.stamp(config, BASELINE_REVISION)
     command.upgrade(config, "head")
+
+
+def holds_store_schema(connection: Connection) -> bool:
+    """Whether the database behind ``connection`` holds batchscope's schema, of any
+    revision (those made before migrations included): its ``targets`` table, which
+    every revision has, is there."""
+    return "targets" in inspect(connection).get_table_names()
