@@ -5,7 +5,10 @@ an ``unbatched`` model), drives both with a load that changes every few seconds,
 runs ``batchscope serve`` on them into SQLite: the collector, the detectors, the
 recommender and the web UI on http://127.0.0.1:8050, whose URL it prints. Within a
 minute the UI shows the unbatched model's finding and a recommendation. It runs until
-interrupted (Ctrl-C) or for ``--duration`` seconds.
+interrupted (Ctrl-C or SIGTERM, also when started in the background) or for
+``--duration`` seconds, and stops within seconds, leaving no process and no temporary
+folder behind; should it be SIGKILLed, Triton dies with it (see
+:mod:`collector.testbed.server`).
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ import itertools
 import threading
 
 from collector.config import Settings, target_from_url
+from collector.process_control import stop_on_signals
 from collector.serve import Service
 from collector.testbed.load import run_load
 from collector.testbed.models import BATCHED_AND_UNBATCHED
-from collector.testbed.server import TritonServer
+from collector.testbed.server import StartCancelled, TritonServer
 
 __all__ = ["DEMO_MODELS", "LOAD_PHASES", "add_demo_command", "run_demo"]
 
@@ -27,25 +31,37 @@ DEMO_MODELS = BATCHED_AND_UNBATCHED
 LOAD_PHASES = ((16, 10.0), (24, 10.0), (8, 10.0), (16, 10.0), (32, 10.0))
 # Quicker analysis than the defaults, so the demo shows findings within a minute.
 DEMO_ANALYSIS = {"window_s": 15.0, "sustain": 2, "clear_after": 2}
+# A phase is driven in runs this long, so that a stop waits for one run at most.
+_LOAD_RUN_S = 2.0
 
 
 def _drive(grpc_url: str, stop: threading.Event) -> None:
     for clients, seconds in itertools.cycle(LOAD_PHASES):
-        if stop.is_set():
-            return
-        runs = [
-            threading.Thread(
-                target=run_load,
-                args=(grpc_url, m.name),
-                kwargs={"concurrency": clients, "duration_s": seconds},
-                daemon=True,
-            )
-            for m in DEMO_MODELS
-        ]
-        for t in runs:
-            t.start()
-        for t in runs:
-            t.join()
+        for run_s in _chunks(seconds, _LOAD_RUN_S):
+            if stop.is_set():
+                return
+            runs = [
+                threading.Thread(
+                    target=run_load,
+                    args=(grpc_url, m.name),
+                    kwargs={"concurrency": clients, "duration_s": run_s},
+                    daemon=True,
+                )
+                for m in DEMO_MODELS
+            ]
+            for t in runs:
+                t.start()
+            for t in runs:
+                t.join()
+
+
+def _chunks(total_s: float, most_s: float) -> list[float]:
+    """``total_s`` cut into pieces of at most ``most_s`` seconds."""
+    pieces = []
+    while total_s > 1e-9:
+        pieces.append(min(total_s, most_s))
+        total_s -= pieces[-1]
+    return pieces
 
 
 def run_demo(
@@ -61,41 +77,59 @@ def run_demo(
         f"starting a CPU Triton testbed with models: {', '.join(m.name for m in DEMO_MODELS)}",
         flush=True,
     )
-    with TritonServer(DEMO_MODELS) as server:
-        print(
-            f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}",
-            flush=True,
-        )
-        settings = Settings(
-            targets=(target_from_url(server.http_url, server.metrics_url),),
-            db_url=db_url,
-            interval_s=interval_s,
-            jitter_s=0.0,
-            analysis_every_s=8.0,
-            recommend_every_s=15.0,
-            analysis=dict(DEMO_ANALYSIS),
-        )
-        service = Service(settings, host="127.0.0.1", port=port, refresh_s=2.0)
-        driver = threading.Thread(
-            target=_drive, args=(server.grpc_url, stop), name="load", daemon=True
-        )
-        service.start()
+    server = TritonServer(DEMO_MODELS)
+    # Ctrl-C and SIGTERM set `stop`; everything is stopped inside the block, so a
+    # second signal cannot cut the cleanup short and leave Triton or its folder behind.
+    with stop_on_signals(stop):
         try:
-            driver.start()
-            print(
-                f"collecting every {interval_s:g} s into {db_url} while driving both models "
-                f"with {' → '.join(str(c) for c, _ in LOAD_PHASES)} clients",
-                flush=True,
-            )
-            print(f"batchscope UI: {service.url}   (Ctrl-C stops)", flush=True)
-            stop.wait(duration_s)
-        except KeyboardInterrupt:
+            server.start(cancel=stop)
+            _serve_demo(server, stop, duration_s, db_url, port, interval_s)
+        except StartCancelled:
             pass
         finally:
-            stop.set()
-            service.close()
-            driver.join(timeout=max(s for _, s in LOAD_PHASES) + 15)
+            print("stopping ...", flush=True)
+            server.close()
     return 0
+
+
+def _serve_demo(
+    server: TritonServer,
+    stop: threading.Event,
+    duration_s: float | None,
+    db_url: str,
+    port: int,
+    interval_s: float,
+) -> None:
+    print(
+        f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}",
+        flush=True,
+    )
+    settings = Settings(
+        targets=(target_from_url(server.http_url, server.metrics_url),),
+        db_url=db_url,
+        interval_s=interval_s,
+        jitter_s=0.0,
+        analysis_every_s=8.0,
+        recommend_every_s=15.0,
+        analysis=dict(DEMO_ANALYSIS),
+    )
+    service = Service(settings, host="127.0.0.1", port=port, refresh_s=2.0)
+    driver = threading.Thread(target=_drive, args=(server.grpc_url, stop), name="load", daemon=True)
+    service.start()
+    try:
+        driver.start()
+        print(
+            f"collecting every {interval_s:g} s into {db_url} while driving both models "
+            f"with {' → '.join(str(c) for c, _ in LOAD_PHASES)} clients",
+            flush=True,
+        )
+        print(f"batchscope UI: {service.url}   (Ctrl-C stops)", flush=True)
+        stop.wait(duration_s)
+    finally:
+        stop.set()
+        service.close()
+        # The load stops first, so Triton has no requests in flight to wait for.
+        driver.join(timeout=_LOAD_RUN_S + 15)
 
 
 def add_demo_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
-from typing import Any
+from threading import Event
+from typing import TYPE_CHECKING, Any
 
 from collector.errors import BatchscopeError, ConfigError
-from collector.testbed.config import DEFAULT_CONFIG, grpc_target, load_testbed_config
+from collector.process_control import stop_on_signals
+from collector.testbed.config import (
+    DEFAULT_CONFIG,
+    TestbedConfig,
+    grpc_target,
+    load_testbed_config,
+)
+
+if TYPE_CHECKING:
+    from collector.testbed.server import TritonServer
 
 __all__ = ["add_testbed_commands", "main"]
 
@@ -171,40 +178,39 @@ def _cmd_up(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from collector.testbed.server import StartCancelled
+
     server = config.server()
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    # SIGTERM (docker stop, systemd) gets the same orderly stop as Ctrl-C.
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        server.start()
-        names = ", ".join(spec.name for spec in config.models)
-        print(f"tritonserver pid {server.pid} serving {names}")
-        print(f"http    {server.http_url}")
-        print(f"grpc    {server.grpc_url}")
-        print(f"metrics {server.metrics_url}")
-        print(f"log     {server.log_path}")
-        print("Ctrl-C to stop", flush=True)
-        while not stopping.wait(0.5):
-            if not server.is_running():
-                print(
-                    f"error: tritonserver exited; log tail:\n{server.log_tail()}", file=sys.stderr
-                )
-                return 1
-        print("stopping ...", flush=True)
-        return 0
-    except BatchscopeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    finally:
+    # SIGTERM (docker stop, systemd, a background job) gets the same orderly stop as
+    # Ctrl-C; the stop happens inside the block, so a second signal cannot cut it short.
+    with stop_on_signals() as stopping:
         try:
-            server.close()
+            return _serve_until_stopped(config, server, stopping)
+        except StartCancelled:
+            print("stopped while starting", flush=True)
+            return 0
+        except BatchscopeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            server.close()
+
+
+def _serve_until_stopped(config: TestbedConfig, server: TritonServer, stopping: Event) -> int:
+    server.start(cancel=stopping)
+    names = ", ".join(spec.name for spec in config.models)
+    print(f"tritonserver pid {server.pid} serving {names}")
+    print(f"http    {server.http_url}")
+    print(f"grpc    {server.grpc_url}")
+    print(f"metrics {server.metrics_url}")
+    print(f"log     {server.log_path}")
+    print("Ctrl-C to stop", flush=True)
+    while not stopping.wait(0.5):
+        if not server.is_running():
+            print(f"error: tritonserver exited; log tail:\n{server.log_tail()}", file=sys.stderr)
+            return 1
+    print("stopping ...", flush=True)
+    return 0
 
 
 def _cmd_load(args: argparse.Namespace) -> int:

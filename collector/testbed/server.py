@@ -4,7 +4,14 @@ The server runs the synthetic models of :mod:`collector.testbed.models` through 
 Python backend, with explicit model control so the load API can reconfigure a model
 while it serves.  It is started in its own session, so that stopping it can reach the
 ``triton_python_backend_stub`` processes (one per model instance) even after the
-server itself is gone.
+server itself is gone.  The server also gets a parent-death signal: should the
+process that started it die without stopping it (a SIGKILL, a crash), Linux kills the
+server, and its stubs, which watch their parent, exit on their own.
+
+A working directory made by the server itself lies under the system's temporary
+directory as ``batchscope-triton-<owner pid>-*``.  A SIGKILLed owner cannot remove it;
+the next server started on the machine removes every such folder whose owner is gone,
+with any process still running from it (:func:`remove_stale_workdirs`).
 
 Ports are chosen once, at the first start, and kept: a server stopped or killed and
 started again comes back at the same URLs, which is what a collector watching it needs
@@ -23,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,19 +42,31 @@ from typing import Any
 import psutil
 
 from collector.errors import BatchscopeError
+from collector.process_control import die_with_parent
 from collector.testbed.models import ModelSpec, write_model_repository
 
 __all__ = [
     "STUB_NAME",
+    "StartCancelled",
     "TestbedError",
     "TritonInstall",
     "TritonServer",
     "find_triton",
     "pick_ports",
+    "processes_of_workdir",
+    "remove_stale_workdirs",
     "stub_processes_under",
 ]
 
 STUB_NAME = "triton_python_backend_stub"
+# Temporary working directories are named <prefix><owner pid>-<random>; the owner file
+# inside holds the owner's start time, so a reused pid does not pass for the owner.
+WORKDIR_PREFIX = "batchscope-triton-"
+_OWNER_FILE = "owner"
+# The stubs' shared-memory regions, written once the server is ready: stubs whose
+# server was SIGKILLed exit without unlinking them, so the cleanup reads them here.
+_SHM_FILE = "shm-regions"
+_SHM_PREFIX = "triton_python_backend_shm_region"
 
 
 class TestbedError(BatchscopeError):
@@ -54,6 +74,10 @@ class TestbedError(BatchscopeError):
 
     # Keeps pytest from trying to collect this class because of its name.
     __test__ = False
+
+
+class StartCancelled(TestbedError):
+    """``start(cancel=...)`` gave up waiting for readiness because ``cancel`` was set."""
 
 
 class TritonInstall:
@@ -98,6 +122,90 @@ def stub_processes_under(workdirs: Iterable[Path]) -> list[psutil.Process]:
         for p, cmdline in _live_command_lines()
         if cmdline[0].endswith(STUB_NAME) and any(cmdline[0].startswith(r) for r in roots)
     ]
+
+
+def processes_of_workdir(workdir: Path) -> list[psutil.Process]:
+    """Live processes of the server whose working directory is ``workdir``: its stubs
+    (run from the backend copy there) and the server (named by its repository there)."""
+    stub = str(workdir / "backends" / "python" / STUB_NAME)
+    repo_arg = f"--model-repository={workdir / 'models'}"
+    return [p for p, cmdline in _live_command_lines() if cmdline[0] == stub or repo_arg in cmdline]
+
+
+def _owner_alive(workdir: Path) -> bool:
+    """Whether the process that made this temporary working directory still runs."""
+    try:
+        pid = int(workdir.name[len(WORKDIR_PREFIX) :].split("-", 1)[0])
+    except ValueError:
+        return True  # not named by us after all: leave it alone
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True
+    try:
+        recorded = float((workdir / _OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return True  # just made, owner file not yet written: the pid is alive
+    return abs(started - recorded) < 1.0
+
+
+def remove_stale_workdirs(temp_root: Path | None = None) -> list[Path]:
+    """Remove the temporary working directories whose owner process is gone.
+
+    A server whose owner was SIGKILLed died with it (parent-death signal), but its
+    folder stayed.  Anything still running from such a folder is killed first and the
+    shared memory its stubs held is unlinked.  Only this user's folders are touched.
+    Returns the folders removed.
+    """
+    root = Path(temp_root or tempfile.gettempdir())
+    removed = []
+    for workdir in root.glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            if not workdir.is_dir() or workdir.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if _owner_alive(workdir):
+            continue
+        leftovers = processes_of_workdir(workdir)
+        regions = _shm_regions_of(leftovers)
+        with contextlib.suppress(OSError):
+            regions += (workdir / _SHM_FILE).read_text().split()
+        for p in leftovers:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(leftovers, timeout=10)
+        _unlink_shm(regions)
+        shutil.rmtree(workdir, ignore_errors=True)
+        removed.append(workdir)
+    return removed
+
+
+def _shm_regions_of(processes: Iterable[psutil.Process]) -> list[str]:
+    """Names of the shared-memory regions stubs among ``processes`` use (3rd argument)."""
+    regions = []
+    for p in processes:
+        with contextlib.suppress(psutil.Error, IndexError):
+            cmdline = p.cmdline()
+            name = cmdline[2]
+            if cmdline[0].endswith(STUB_NAME) and _is_shm_region(name):
+                regions.append(name)
+    return regions
+
+
+def _is_shm_region(name: str) -> bool:
+    return name.startswith(_SHM_PREFIX) and "/" not in name
+
+
+def _unlink_shm(regions: Iterable[str]) -> None:
+    # A killed server cannot unlink the shared-memory regions of its stubs (1 MiB or
+    # more each, in /dev/shm); a clean stop has already removed them.
+    for region in regions:
+        if _is_shm_region(region):
+            with contextlib.suppress(OSError):
+                (Path("/dev/shm") / region).unlink(missing_ok=True)
 
 
 def _live_command_lines() -> list[tuple[psutil.Process, list[str]]]:
@@ -277,8 +385,11 @@ class TritonServer:
             self._workdir = self._given_workdir
             self._workdir.mkdir(parents=True, exist_ok=True)
         else:
-            self._workdir = Path(tempfile.mkdtemp(prefix="batchscope-triton-"))
+            remove_stale_workdirs()
+            self._workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
             self._owns_workdir = True
+            started = psutil.Process().create_time()
+            (self._workdir / _OWNER_FILE).write_text(repr(started))
         # The stub for the running interpreter goes next to libtriton_python.so in a
         # copy, so the installed package is never modified.
         shutil.copytree(self._install.backends, self.backend_directory, dirs_exist_ok=True)
@@ -334,8 +445,12 @@ class TritonServer:
             env.setdefault(name, "1")
         return env
 
-    def start(self) -> None:
-        """Start the server and block until ``/v2/health/ready`` answers 200."""
+    def start(self, *, cancel: threading.Event | None = None) -> None:
+        """Start the server and block until ``/v2/health/ready`` answers 200.
+
+        Setting ``cancel`` (e.g. from a signal handler) while it waits kills the server
+        and raises :class:`StartCancelled`, so a stop asked for during a start is quick.
+        """
         if self.is_running():
             raise TestbedError(f"the server is already running (pid {self.pid})")
         self._prepare()
@@ -347,7 +462,8 @@ class TritonServer:
             log.flush()
             # Own session: the server and its stubs form a process group that stop()
             # and kill() can signal as a whole, and Ctrl-C in a terminal reaches only
-            # us, so the shutdown stays orderly.
+            # us, so the shutdown stays orderly.  The parent-death signal covers our
+            # own death, which leaves no one to signal the group.
             self._proc = subprocess.Popen(
                 self.command(),
                 stdin=subprocess.DEVNULL,
@@ -355,18 +471,23 @@ class TritonServer:
                 stderr=subprocess.STDOUT,
                 env=self._environment(),
                 start_new_session=True,
+                preexec_fn=die_with_parent(),
             )
         try:
-            self._wait_ready()
+            self._wait_ready(cancel)
         except BaseException:
             self.kill()
             raise
+        if self._owns_workdir:
+            (self.workdir / _SHM_FILE).write_text("\n".join(self._shm_regions()))
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, cancel: threading.Event | None) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         delay = 0.05
         while True:
             assert self._proc is not None
+            if cancel is not None and cancel.is_set():
+                raise StartCancelled("tritonserver start cancelled")
             code = self._proc.poll()
             if code is not None:
                 raise TestbedError(
@@ -384,7 +505,10 @@ class TritonServer:
                     f"tritonserver was not ready after {self.startup_timeout_s:.0f} s; "
                     f"log tail:\n{self.log_tail()}"
                 )
-            time.sleep(delay)
+            if cancel is not None:
+                cancel.wait(delay)
+            else:
+                time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
 
     @staticmethod
@@ -449,24 +573,14 @@ class TritonServer:
                 p.kill()
         _, alive = psutil.wait_procs(leftovers, timeout=10)
         self._proc = None
-        # A killed server cannot unlink the shared-memory regions of its stubs (1 MiB
-        # or more each, in /dev/shm); a clean stop has already removed them.
-        for region in shm_regions:
-            with contextlib.suppress(OSError):
-                (Path("/dev/shm") / region).unlink(missing_ok=True)
+        _unlink_shm(shm_regions)
         if alive:
             pids = ", ".join(str(p.pid) for p in alive)
             raise TestbedError(f"processes of the stopped tritonserver survived: {pids}")
 
     def _shm_regions(self) -> list[str]:
         """Names of the shared-memory regions the live stubs use (their 3rd argument)."""
-        regions = []
-        for p in self.stub_processes().values():
-            with contextlib.suppress(psutil.Error, IndexError):
-                name = p.cmdline()[2]
-                if name.startswith("triton_python_backend_shm_region") and "/" not in name:
-                    regions.append(name)
-        return regions
+        return _shm_regions_of(self.stub_processes().values())
 
     def leftover_processes(self) -> list[psutil.Process]:
         """Live processes started from this server's backend copy or for its repository.
@@ -477,11 +591,7 @@ class TritonServer:
         """
         if self._workdir is None:
             return []
-        stub = str(self.backend_directory / "python" / STUB_NAME)
-        repo_arg = f"--model-repository={self.model_repository}"
-        return [
-            p for p, cmdline in _live_command_lines() if cmdline[0] == stub or repo_arg in cmdline
-        ]
+        return processes_of_workdir(self._workdir)
 
     def stub_processes(self) -> dict[str, psutil.Process]:
         """Live stub processes by model instance name (e.g. ``batched_0_0``).

@@ -1,0 +1,97 @@
+"""What batchscope starts dies with it; its long-running commands stop on SIGINT and SIGTERM.
+
+Two pieces, used by the testbed server and the commands that run until stopped:
+
+* :func:`die_with_parent` gives ``subprocess.Popen`` a ``preexec_fn`` that asks Linux to
+  SIGKILL the child when batchscope dies, however it dies (a SIGKILL included, which no
+  handler of ours can see).  A normal stop still signals the child's process group
+  itself; this is the net for the abnormal one.
+* :func:`stop_on_signals` turns SIGINT and SIGTERM into a :class:`threading.Event`, so
+  a command stops the same orderly way on Ctrl-C, ``kill``, ``docker stop`` or systemd,
+  also when started in the background, where the shell has it ignore SIGINT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
+from typing import Any
+
+__all__ = ["die_with_parent", "stop_on_signals"]
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _find_prctl() -> Callable[..., int] | None:
+    """The C library's ``prctl``, looked up now: the child must not load anything."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return prctl
+
+
+_PRCTL = _find_prctl()
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` after which the child is SIGKILLed when this process dies.
+
+    ``None`` where that cannot be had (not Linux), and when called off the main thread:
+    Linux sends the signal when the *thread* that started the child ends, and a worker
+    thread may end long before the process does.  Without it the caller's process-group
+    stop is what remains.  The setting survives ``exec`` (not for set-user-ID programs).
+    """
+    prctl = _PRCTL
+    if prctl is None or threading.current_thread() is not threading.main_thread():
+        return None
+    parent = os.getpid()
+    death_signal = int(signal.SIGKILL)
+
+    def set_parent_death_signal() -> None:
+        # Runs in the forked child before exec: nothing here may take a lock.
+        prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0)
+        # Should the parent have died before prctl took effect, the child has already
+        # been handed to another parent and would never get the signal.
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return set_parent_death_signal
+
+
+@contextlib.contextmanager
+def stop_on_signals(
+    stop: threading.Event | None = None,
+    signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
+) -> Iterator[threading.Event]:
+    """Within the block, ``signals`` set ``stop`` (a new event when none is given).
+
+    Handlers can only be installed on the main thread; elsewhere the event is returned
+    and nothing else changes.  The previous handlers come back on exit.  Do the cleanup
+    inside the block: a signal arriving during it then only sets the event again
+    instead of cutting the cleanup short and leaving processes or folders behind.
+    A SIGINT that the shell had ignored (a background job) is handled too: stopping is
+    what a user sending it wants.
+    """
+    event = stop if stop is not None else threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield event
+        return
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        event.set()
+
+    previous: dict[signal.Signals, Any] = {s: signal.signal(s, on_signal) for s in signals}
+    try:
+        yield event
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
