@@ -146,5 +146,11 @@ def add_demo_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         help="stop after S seconds (default: run until Ctrl-C)",
     )
     demo.add_argument("--port", type=int, default=8050, help="UI port (default 8050)")
-    demo.add_argument("--db", dest="db_url", default="sqlite:///batchscope.db", metavar="URL")
+    demo.add_argument(
+        "--db",
+        dest="db_url",
+        default="sqlite:///batchscope.db",
+        metavar="URL",
+        help="store to collect into (any SQLAlchemy URL; default sqlite:///batchscope.db)",
+    )
     demo.set_defaults(func=lambda a: run_demo(duration_s=a.duration, db_url=a.db_url, port=a.port))

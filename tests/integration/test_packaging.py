@@ -107,13 +107,11 @@ def test_a_no_extras_install_imports_every_module_and_runs_the_cli(tmp_path: Pat
     assert "serve" in help_text and "apply" in help_text
     serve_help = run(bin_dir / "batchscope", "serve", "--help", cwd=tmp_path, timeout=60).stdout
     assert "--triton" in serve_help and "--port" in serve_help
-    # A command that opens a store: the schema's migrations ship with the package.
-    status = run(
-        bin_dir / "batchscope",
-        "status",
-        "--db",
-        f"sqlite:///{tmp_path}/s.db",
-        cwd=tmp_path,
-        timeout=120,
-    ).stdout
+    # A command that creates a store, then one that reads it: the schema's migrations
+    # ship with the package. (NVML alone needs no Triton target; without a GPU it only
+    # records that NVML is unavailable.)
+    db_url = f"sqlite:///{tmp_path}/s.db"
+    collect = [bin_dir / "batchscope", "collect", "--sources", "nvml", "--duration", "1"]
+    run(*collect, "--db", db_url, cwd=tmp_path, timeout=120)
+    status = run(bin_dir / "batchscope", "status", "--db", db_url, cwd=tmp_path, timeout=120).stdout
     assert "no model samples yet" in status
