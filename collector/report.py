@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
-from typing import Any
 
 from collector.analysis.status import StatusReport
 from collector.records import Recommendation
@@ -61,20 +59,15 @@ PROCESS_COLUMNS = (
 )
 
 
-def _flat(row: Any) -> dict[str, object]:
-    """A status row's fields by dotted path (``rates.requests_per_s``); a mapping that is
-    a value itself (failures by reason) stays whole."""
-    flat: dict[str, object] = {}
-
-    def walk(prefix: str, value: object) -> None:
-        if isinstance(value, dict) and not prefix.endswith("fail_per_s_by_reason"):
-            for key, inner in value.items():
-                walk(f"{prefix}.{key}" if prefix else key, inner)
-        else:
-            flat[prefix] = value
-
-    walk("", asdict(row))
-    return flat
+def _field(row: object, path: str) -> object:
+    """The value at a dotted ``path`` of a status row (``rates.requests_per_s``);
+    ``None`` when a record on the way is absent (a model without rates)."""
+    value: object = row
+    for name in path.split("."):
+        if value is None:
+            return None
+        value = getattr(value, name)
+    return value
 
 
 def _cell(value: object) -> str:
@@ -90,8 +83,7 @@ def _cell(value: object) -> str:
 
 
 def _table(rows: Sequence[object], columns: Sequence[tuple[str, str]]) -> str:
-    flat = [_flat(r) for r in rows]
-    cells = [[_cell(r.get(name)) for _, name in columns] for r in flat]
+    cells = [[_cell(_field(r, path)) for _, path in columns] for r in rows]
     headers = [header for header, _ in columns]
     widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
