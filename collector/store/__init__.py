@@ -6,10 +6,9 @@ SQLAlchemy schema behind it, for this package's use only; its migrations live in
 ``collector/store/migrations`` and run when a store is first used.
 """
 
-from collector.analysis.health import HOST_KIND, PRIMARY_SOURCE, TRITON_KIND
 from collector.store import rows
 from collector.store.rows import *  # noqa: F403 (the rows, as listed in rows.__all__)
 from collector.store.store import Store
 
-__all__ = ["HOST_KIND", "PRIMARY_SOURCE", "TRITON_KIND", "Store"]
+__all__ = ["Store"]
 __all__ += rows.__all__

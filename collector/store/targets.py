@@ -66,16 +66,16 @@ class TargetsMixin(Database):
                 row.last_scrape_at = started_at
                 row.last_duration_s = duration_s
                 up = target_up(kind, up_by_source)
-                if ok:
-                    row.last_seen_at = started_at
                 if not ok:
                     row.consecutive_failures += 1
                     row.last_error_kind = error_kind
                     row.last_error = error
-                elif up:
-                    row.consecutive_failures = 0
-                    row.last_error_kind = None
-                    row.last_error = None
+                else:
+                    row.last_seen_at = started_at
+                    if up:
+                        row.consecutive_failures = 0
+                        row.last_error_kind = None
+                        row.last_error = None
                 row.up = up
             session.flush()
             return _target_state(orm_values(row), up_by_source)
