@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from collector import records
 from collector.analysis.configs import config_changes, render_pbtxt
 from collector.analysis.rates import rates_between
+from collector.sources.triton_json import map_model_config
 from collector.store import Store
 
 __all__ = ["Load", "model_config", "scrape_ok", "steady_load", "store_recommendation"]
@@ -37,17 +38,8 @@ def model_config(
             "preferred_batch_size": list(preferred),
             "max_queue_delay_microseconds": delay_us,
         }
-    return records.ModelConfig(
-        model=name,
-        max_batch_size=max_batch_size,
-        dynamic_batching=batching,
-        preferred_batch_sizes=preferred,
-        max_queue_delay_us=delay_us,
-        instance_count=instances,
-        instance_kind="KIND_CPU",
-        backend="python",
-        raw_json=json.dumps(doc),
-    )
+    # Mapped as the collector maps a scraped config, so the record matches the document.
+    return map_model_config(doc, raw_json=json.dumps(doc))
 
 
 @dataclass(frozen=True)
