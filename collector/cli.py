@@ -167,7 +167,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         store.close()
     if args.json:
         data = report.to_json_dict()
-        json.dump({k: data[k] for k in ("models", "devices", "processes")}, sys.stdout, indent=2)
+        shown = ("targets", "models", "devices", "processes")
+        json.dump({k: data[k] for k in shown}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(render_status(report))

@@ -228,11 +228,17 @@ class ProcessSample:
 @dataclass(frozen=True)
 class HostFacts:
     """Facts about the machine a target runs on, read by the host source once per tick
-    (the analysis must not use the facts of whatever machine runs batchscope)."""
+    (the analysis must not use the facts of whatever machine runs batchscope), and by
+    the NVML source about its own host.
+
+    ``nvml_absent`` is set by the NVML source when the host has no NVML library or
+    driver, i.e. no NVIDIA GPU it could read: the reason, in words. It is a fact about
+    the host, not a failure; ``None`` when NVML is there or was not asked."""
 
     target: str
     collected_at: float
     cpu_count: int
+    nvml_absent: str | None = None
 
 
 # --------------------------------------------------------------------------- envelopes

@@ -114,6 +114,8 @@ class CollectorService:
                 duration_s=duration,
                 error_kind=error_kind,
                 error=error,
+                interval_s=self.settings.interval_s,
+                first_in_run=health.attempts == 1,
             )
         except Exception:
             log.exception("%s/%s: could not record the scrape result", source.name, source.target)

@@ -16,19 +16,30 @@ fresh sample, and a target not scraped lately is stale, never up.
 
 from __future__ import annotations
 
+import enum
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 __all__ = [
+    "DEFAULT_INTERVAL_S",
     "HOST_KIND",
     "MIN_STALE_S",
     "PRIMARY_SOURCE",
     "STALE_AFTER_INTERVALS",
     "TRITON_KIND",
+    "Health",
+    "HealthState",
+    "ScrapedTarget",
+    "collector_running",
     "is_fresh",
     "scrape_decides",
+    "scrape_interval_s",
     "series_interval_s",
     "stale_after_s",
+    "target_health",
+    "target_healths",
     "target_up",
 ]
 
@@ -42,6 +53,9 @@ PRIMARY_SOURCE = "triton"
 STALE_AFTER_INTERVALS = 3
 #: ... but never sooner than this, so sub-second intervals do not flap on a slow tick.
 MIN_STALE_S = 5.0
+#: The scrape interval of a target stored before the store kept intervals (the
+#: collector's default ``interval_s``).
+DEFAULT_INTERVAL_S = 5.0
 
 
 def scrape_decides(kind: str, source: str) -> bool:
@@ -74,3 +88,93 @@ def series_interval_s(times: Sequence[float]) -> float | None:
     neighbours (robust to one missed scrape); ``None`` with fewer than two samples."""
     gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
     return statistics.median(gaps) if gaps else None
+
+
+# --------------------------------------------------------------------------- target health
+
+
+class HealthState(enum.StrEnum):
+    """What a target is *now*.
+
+    * ``UP``: its latest deciding scrape succeeded, and recently;
+    * ``DOWN``: a collector is running, but the target's latest scrape failed or its
+      last successful one is older than ``stale_after_s`` of its interval;
+    * ``STALE``: no collector has scraped any target lately, so nothing is known of
+      now (the last thing known is kept in ``Health.last_seen_at``);
+    * ``UNKNOWN``: never scraped by a source that decides its state.
+    """
+
+    UP = "up"
+    DOWN = "down"
+    STALE = "stale"
+    UNKNOWN = "unknown"
+
+
+class ScrapedTarget(Protocol):
+    """What the store keeps of a target that the health rule reads
+    (``collector.store.TargetState`` has these)."""
+
+    @property
+    def up(self) -> bool | None: ...
+    @property
+    def last_seen_at(self) -> float | None: ...
+    @property
+    def last_scrape_at(self) -> float | None: ...
+    @property
+    def interval_s(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class Health:
+    """A target's state at ``now`` and the one line that says why."""
+
+    state: HealthState
+    reason: str
+    last_seen_at: float | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.state is HealthState.UP
+
+
+def scrape_interval_s(target: ScrapedTarget | None) -> float:
+    """How often ``target`` is scraped: as the store keeps it, else the default (an
+    unknown target, or one stored before intervals were kept). Every series of a
+    target is judged fresh or stale by this interval."""
+    interval = target.interval_s if target is not None else None
+    return interval if interval is not None and interval > 0 else DEFAULT_INTERVAL_S
+
+
+def collector_running(targets: Iterable[ScrapedTarget], now: float) -> bool:
+    """Whether any collector scraped any of ``targets`` lately (successfully or not)."""
+    return any(is_fresh(t.last_scrape_at, now, scrape_interval_s(t)) for t in targets)
+
+
+def _ago(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def target_health(target: ScrapedTarget, now: float, *, collector_runs: bool) -> Health:
+    """The one rule for "is this target up *now*": ``target`` as the store keeps it,
+    judged at ``now``; ``collector_runs`` says whether any collector scraped any
+    target lately (``collector_running``)."""
+    seen = target.last_seen_at
+    if target.up is None:
+        return Health(HealthState.UNKNOWN, "not scraped yet", seen)
+    if not collector_runs:
+        since = max(now - (target.last_scrape_at or 0.0), 0.0)
+        return Health(HealthState.STALE, f"no collector has scraped it for {_ago(since)}", seen)
+    if target.up and is_fresh(seen, now, scrape_interval_s(target)):
+        return Health(HealthState.UP, "scraped", seen)
+    if not target.up:
+        return Health(HealthState.DOWN, "its latest scrape failed", seen)
+    if seen is None:  # pragma: no cover - an up target has been seen
+        return Health(HealthState.DOWN, "never scraped successfully", seen)
+    return Health(HealthState.DOWN, f"no successful scrape for {_ago(now - seen)}", seen)
+
+
+def target_healths(targets: Sequence[ScrapedTarget], now: float) -> list[Health]:
+    """``target_health`` of each of ``targets`` (in their order), with whether a
+    collector runs judged from all of them."""
+    runs = collector_running(targets, now)
+    return [target_health(t, now, collector_runs=runs) for t in targets]

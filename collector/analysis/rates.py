@@ -31,6 +31,7 @@ from collector.records import (
     ModelRates,
     ModelSample,
 )
+from collector.sources.triton_metrics import REQUEST_SUMMARY
 
 __all__ = [
     "CounterIncrease",
@@ -47,6 +48,7 @@ __all__ = [
     "peak_rates",
     "rates_between",
     "rates_from_increase",
+    "request_p95_us",
     "stats_reset",
     "sum_batch_stats",
     "window_batch_stats",
@@ -391,3 +393,15 @@ def gauge_mean(values: Iterable[float | int | None]) -> float | None:
 def gauge_max(values: Iterable[float | int | None]) -> float | None:
     """The highest reading, skipping missing ones; ``None`` when none is there."""
     return max((v for v in values if v is not None), default=None)
+
+
+# --------------------------------------------------------------------------- quantiles
+
+
+def request_p95_us(sample: ModelSample) -> float | None:
+    """The 95th percentile of request time (µs) at ``sample``: Triton's request summary
+    (``--metrics-config summary_latencies=true``), whose quantiles cover Triton's own
+    sliding window; ``None`` when the server does not publish it."""
+    summary = sample.metrics.summary_quantiles_us.get(REQUEST_SUMMARY)
+    value = summary.get(0.95) if summary else None
+    return value if value is not None and math.isfinite(value) else None

@@ -7,6 +7,11 @@ A status composes the records it shows instead of copying their fields: a model'
 holds its latest ``ProcessSample`` and NVML's reading of the same (target, pid). Their
 JSON (``StatusReport.to_json_dict``, ``status --json``) nests the records under those
 names with the records' own field names; the shape is pinned by a golden test.
+
+Everything is judged from ``now`` (``collector.analysis.health``): a target's state
+is its ``Health`` now, not what its last scrape said; a model's window ends at ``now``
+and a series whose newest sample is stale gets no rates (its row says ``stale``); a
+device or process is listed only from a fresh reading.
 """
 
 from __future__ import annotations
@@ -16,11 +21,33 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from collector.analysis.rates import gauge_mean, window_rates
-from collector.records import BatcherConfig, DeviceSample, ModelRates, ModelSample, ProcessSample
-from collector.store import Store, StoredDevice, StoredModelConfig, StoredProcess
+from collector.analysis.health import (
+    Health,
+    HealthState,
+    is_fresh,
+    scrape_interval_s,
+    target_healths,
+)
+from collector.analysis.rates import gauge_mean, request_p95_us, window_rates
+from collector.records import (
+    BatcherConfig,
+    DeviceSample,
+    HostFacts,
+    ModelRates,
+    ModelSample,
+    ProcessSample,
+)
+from collector.store import Store, StoredDevice, StoredModelConfig, StoredProcess, TargetState
 
-__all__ = ["DeviceStatus", "ModelStatus", "ProcessStatus", "StatusReport", "build_status"]
+__all__ = [
+    "DeviceStatus",
+    "ModelStatus",
+    "ProcessStatus",
+    "StatusReport",
+    "TargetStatus",
+    "build_status",
+    "judge_targets",
+]
 
 # Model samples are read this much before the window, so that scrapes sparser than
 # the window still give a pair to take rates from.
@@ -28,10 +55,31 @@ _LOOKBACK_S = 300.0
 
 
 @dataclass(frozen=True)
+class TargetStatus:
+    """One target: what the store keeps of it (``target``), its ``health`` judged at
+    the report's time, and the latest facts about its machine (``None`` when no
+    source reported any; ``facts.nvml_absent`` says a host has no NVIDIA GPU)."""
+
+    target: TargetState
+    health: Health
+    facts: HostFacts | None = None
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+
+@dataclass(frozen=True)
 class ModelStatus:
-    """One (target, model, version): its rates over the window ending at its newest
-    sample (``None`` with fewer than two samples), the latest pending-request gauge,
-    and the model's current batcher config (``None`` when none was read)."""
+    """One (target, model, version) at the report's time.
+
+    ``state`` is its target's health state, or ``"stale"`` when the target is up but
+    this series had no fresh sample (the model is gone); ``up`` is ``state == "up"``.
+    ``rates`` are over the window ending *now*, ``None`` when the series has no fresh
+    sample or fewer than two samples; ``pending_request_count`` is the latest gauge
+    and ``request_p95_us`` Triton's request-time p95 (when published), both only from
+    a fresh sample; ``config`` the model's current batcher config (``None`` when none
+    was read)."""
 
     target: str
     model: str
@@ -41,6 +89,12 @@ class ModelStatus:
     rates: ModelRates | None
     pending_request_count: float | None
     config: BatcherConfig | None
+    state: str = ""  # "" in a hand-made row: "up" or "down" as ``up`` says
+    request_p95_us: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.state:
+            object.__setattr__(self, "state", str(HealthState.UP if self.up else HealthState.DOWN))
 
 
 @dataclass(frozen=True)
@@ -72,6 +126,7 @@ class ProcessStatus:
 class StatusReport:
     generated_at: float
     window_s: float
+    targets: list[TargetStatus] = field(default_factory=list)
     models: list[ModelStatus] = field(default_factory=list)
     devices: list[DeviceStatus] = field(default_factory=list)
     processes: list[ProcessStatus] = field(default_factory=list)
@@ -80,62 +135,108 @@ class StatusReport:
         return {
             "generated_at": self.generated_at,
             "window_s": self.window_s,
+            "targets": [asdict(t) for t in self.targets],
             "models": [asdict(m) for m in self.models],
             "devices": [asdict(d) for d in self.devices],
             "processes": [asdict(p) for p in self.processes],
         }
 
 
+def judge_targets(store: Store, now: float) -> list[TargetStatus]:
+    """Every target the store knows, judged at ``now``, with its machine's facts."""
+    states = store.targets()
+    return [
+        TargetStatus(target=t, health=h, facts=store.host_facts(t.name))
+        for t, h in zip(states, target_healths(states, now), strict=True)
+    ]
+
+
 def build_status(store: Store, *, window_s: float = 60.0, now: float | None = None) -> StatusReport:
-    """Rates over the last ``window_s`` seconds of each series (ending at its newest
-    sample), with the model's current config and the target's up state; the latest
-    reading of each device; the processes alive in their target's newest host tick."""
+    """Every target judged at ``now``; rates over the ``window_s`` before ``now`` of
+    each series with a fresh sample, with the model's current config; the latest
+    fresh reading of each device; the processes alive in their target's newest host
+    tick, when that tick is fresh."""
     now = time.time() if now is None else now
-    up = {t.name: bool(t.up) for t in store.targets()}
+    targets = judge_targets(store, now)
+    by_name = {t.name: t for t in targets}
     models = _model_statuses(
         store.model_samples(since=now - window_s - _LOOKBACK_S, until=now),
         store.latest_model_configs(),
-        up,
+        by_name,
         window_s,
+        now,
     )
-    device_rows = store.device_samples(since=now - window_s)
+    device_rows = [
+        d for d in store.device_samples(since=now - window_s, until=now) if _fresh(d, by_name, now)
+    ]
     devices = _device_statuses(device_rows)
     processes = _process_statuses(
-        store.process_samples(since=now - window_s), _machines(device_rows)
+        store.process_samples(since=now - window_s, until=now), _machines(device_rows)
     )
     return StatusReport(
-        generated_at=now, window_s=window_s, models=models, devices=devices, processes=processes
+        generated_at=now,
+        window_s=window_s,
+        targets=targets,
+        models=models,
+        devices=devices,
+        processes=[p for p in processes if _fresh(p, by_name, now)],
     )
+
+
+def _fresh(
+    reading: StoredDevice | StoredProcess | ProcessStatus,
+    targets: Mapping[str, TargetStatus],
+    now: float,
+) -> bool:
+    """Whether a reading of a target is still current at ``now`` (by the interval its
+    target is scraped at)."""
+    known = targets.get(reading.target)
+    interval = scrape_interval_s(known.target if known is not None else None)
+    at = reading.last_sample_at if isinstance(reading, ProcessStatus) else reading.collected_at
+    return is_fresh(at, now, interval)
 
 
 def _model_statuses(
     samples: Sequence[ModelSample],
     configs: Mapping[tuple[str, str], StoredModelConfig],
-    up: Mapping[str, bool],
+    targets: Mapping[str, TargetStatus],
     window_s: float,
+    now: float,
 ) -> list[ModelStatus]:
     series: dict[tuple[str, str, str], list[ModelSample]] = defaultdict(list)
     for s in samples:
         series[(s.target, s.model, s.version)].append(s)
     statuses: list[ModelStatus] = []
     for (target, model, version), rows in sorted(series.items()):
-        newest = rows[-1].collected_at
-        in_window = [s for s in rows if s.collected_at >= newest - window_s]
-        if len(in_window) < 2 and len(rows) >= 2:
-            in_window = rows[-2:]  # scrapes sparser than the window: use the last pair
+        known = targets.get(target)
+        newest = rows[-1]
+        fresh = is_fresh(
+            newest.collected_at, now, scrape_interval_s(known.target if known else None)
+        )
+        state = known.health.state if known is not None else HealthState.UNKNOWN
+        if state is HealthState.UP and not fresh:
+            state = HealthState.STALE  # the target answers, this series no longer does
         stored = configs.get((target, model))
+        rates = None
+        if fresh:
+            in_window = [s for s in rows if s.collected_at >= now - window_s]
+            if len(in_window) < 2 and len(rows) >= 2:
+                in_window = rows[-2:]  # scrapes sparser than the window: use the last pair
+            rates = window_rates(
+                in_window, instance_count=stored.config.instance_count if stored else None
+            )
         statuses.append(
             ModelStatus(
                 target=target,
                 model=model,
                 version=version,
-                up=up.get(target, False),
-                last_sample_at=newest,
-                rates=window_rates(
-                    in_window, instance_count=stored.config.instance_count if stored else None
-                ),
-                pending_request_count=rows[-1].metrics.pending_request_count,
+                up=state is HealthState.UP,
+                state=str(state),
+                last_sample_at=newest.collected_at,
+                rates=rates,
+                pending_request_count=newest.metrics.pending_request_count if fresh else None,
                 config=BatcherConfig.from_model_config(stored.config) if stored else None,
+                request_p95_us=request_p95_us(newest) if fresh else None,
             )
         )
     return statuses

@@ -39,7 +39,10 @@ class TargetState:
     ``Store.record_scrape``). ``sources`` maps each source that ever scraped the target
     to whether its latest scrape succeeded. ``last_seen_at`` is the start of the latest
     successful deciding scrape; ``last_scrape_at`` / ``last_duration_s`` describe the
-    latest deciding scrape, successful or not.
+    latest deciding scrape, successful or not. ``interval_s`` is the scrape interval
+    of the collector that scraped it last (``None`` before intervals were kept);
+    ``collector.analysis.health.target_health`` judges from these whether the target
+    is up *now*.
     """
 
     name: str
@@ -52,6 +55,7 @@ class TargetState:
     last_scrape_at: float | None = None
     last_duration_s: float | None = None
     server_version: str | None = None
+    interval_s: float | None = None
     sources: dict[str, bool] = field(default_factory=dict)
 
 

@@ -214,6 +214,7 @@ class TargetRow(Base):
     last_duration_s: Mapped[float | None]
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
     server_version: Mapped[str | None]
+    interval_s: Mapped[float | None]
 
 
 class TransitionRow(Base):

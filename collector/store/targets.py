@@ -35,9 +35,16 @@ class TargetsMixin(Database):
         duration_s: float,
         error_kind: str | None,
         error: str | None,
+        interval_s: float | None = None,
+        first_in_run: bool = False,
     ) -> TargetState:
         """Record that ``source`` scraped ``target``; it succeeded when ``error_kind``
         is ``None``. Returns the target's state after this scrape.
+
+        ``interval_s`` is how often the scraping collector scrapes (kept when given,
+        so readers can tell a target not scraped lately). ``first_in_run`` marks the
+        first scrape of this source by a collector that just started: the failures
+        in a row are counted from zero again, not on from an earlier run.
 
         Each (target, source) is tracked on its own: a ``TargetTransition`` is written
         for its first scrape and whenever it goes up→down or down→up (not while it
@@ -62,7 +69,11 @@ class TargetsMixin(Database):
             up_by_source = {name: t.up for name, t in states.items()}
             up_by_source[source] = ok
             row.kind = kind
+            if interval_s is not None and interval_s > 0:
+                row.interval_s = interval_s
             if scrape_decides(kind, source):
+                if first_in_run:
+                    row.consecutive_failures = 0
                 row.last_scrape_at = started_at
                 row.last_duration_s = duration_s
                 up = target_up(kind, up_by_source)
