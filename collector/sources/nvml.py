@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import socket
 import time
 import types
 from collections.abc import Callable
 
 from collector.errors import CollectError
-from collector.records import DeviceSample, ProcessSample
+from collector.records import DeviceSample, HostFacts, ProcessSample
 from collector.sources.base import SourceSpec, register_source
 from collector.sources.nvml_devices import (
     GPM_ANY_TENSOR_UTIL,
@@ -38,7 +39,7 @@ from collector.sources.nvml_devices import (
     MigInstance,
     NvmlDevice,
 )
-from collector.sources.nvml_library import GpuLost, NvmlLibrary
+from collector.sources.nvml_library import GpuLost, NoNvidiaGpu, NvmlLibrary
 
 __all__ = ["Gpu", "GpuLost", "MigInstance", "NvmlSource"]
 
@@ -52,9 +53,13 @@ class NvmlSource:
     module (the seam tests replace); ``clock`` returns Unix seconds and anchors the
     first per-process utilization window of each GPU.
 
-    NVML is initialised on the first ``collect()``; when that fails because there is
-    no library or driver, ``collect()`` raises ``NvmlUnavailable`` and tries again on
-    its next call. ``close()`` frees the GPM samples and pairs the init with
+    NVML is initialised on the first ``collect()``. A host without NVML's library or
+    kernel driver has no NVIDIA GPU to read: that is a fact about the host, not a
+    failure, so ``collect()`` returns it as ``HostFacts(nvml_absent=reason)`` (and
+    tries NVML again on its next call); NVML that is there but fails (a driver and
+    library of different versions) raises ``NvmlUnavailable``. Each successful
+    reading also carries ``HostFacts`` (``nvml_absent=None``), so a driver loaded
+    later clears the fact. ``close()`` frees the GPM samples and pairs the init with
     ``nvmlShutdown``.
     """
 
@@ -74,16 +79,37 @@ class NvmlSource:
         self._gpus: list[Gpu] = []
         self._stale = True  # enumerate (again) before the next reading
         self._uuid_by_index: dict[int, str] = {}
+        self._absent_logged = False
 
     # -- Source protocol
 
-    def collect(self) -> list[DeviceSample | ProcessSample]:
-        """One reading of every GPU, its MIG instances and its processes.
+    def collect(self) -> list[DeviceSample | ProcessSample | HostFacts]:
+        """One reading of every GPU, its MIG instances and its processes, and the
+        host's facts; on a host without NVIDIA GPU, the facts alone.
 
-        Raises ``NvmlUnavailable`` (no library or driver) or ``CollectError`` (NVML
-        cannot count the GPUs). A lost GPU does not raise: it is reported unhealthy.
+        Raises ``NvmlUnavailable`` (a library and driver that do not match) or
+        ``CollectError`` (NVML cannot count the GPUs). A lost GPU does not raise: it
+        is reported unhealthy.
         """
-        self._ensure_initialized()
+        try:
+            self._ensure_initialized()
+        except NoNvidiaGpu as absent:
+            if not self._absent_logged:
+                log.info("%s; NVML readings are skipped until it appears", absent)
+                self._absent_logged = True
+            return [self._facts(absent.reason)]
+        self._absent_logged = False
+        return [self._facts(None), *self._readings()]
+
+    def _facts(self, nvml_absent: str | None) -> HostFacts:
+        return HostFacts(
+            target=self.target,
+            collected_at=self._clock(),
+            cpu_count=os.cpu_count() or 1,
+            nvml_absent=nvml_absent,
+        )
+
+    def _readings(self) -> list[DeviceSample | ProcessSample]:
         if self._stale:
             self._enumerate()
         devices: list[DeviceSample | ProcessSample] = []

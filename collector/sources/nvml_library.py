@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from collector.errors import CollectError, NvmlUnavailable
 
-__all__ = ["GpuLost", "NvmlLibrary", "QueriedDevice"]
+__all__ = ["GpuLost", "NoNvidiaGpu", "NvmlLibrary", "QueriedDevice"]
 
 # Messages keep the logger name of the source, which operators filter on.
 log = logging.getLogger("collector.sources.nvml")
@@ -54,6 +54,11 @@ _INIT_UNAVAILABLE = {
     ),
 }
 
+# Of those, the ones that mean the host has no NVIDIA GPU to read at all (no driver
+# library, no kernel driver): a fact about the host, not a failure. A version
+# mismatch is a GPU host in trouble, and stays a failure.
+_INIT_ABSENT = {_LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED}
+
 # Device failures: the value becomes ``DeviceSample.error``.
 _DEVICE_FAILURES = {_GPU_IS_LOST: "gpu_is_lost", _RESET_REQUIRED: "reset_required"}
 
@@ -67,6 +72,17 @@ class GpuLost(CollectError, kind="gpu_is_lost"):
 
     def __init__(self, reason: str, fn_name: str) -> None:
         super().__init__(f"{fn_name}: {reason}")
+        self.reason = reason
+
+
+class NoNvidiaGpu(NvmlUnavailable, kind="nvml_absent"):
+    """This host has no NVML library or NVIDIA kernel driver: no NVIDIA GPU to read.
+
+    ``NvmlSource.collect`` turns it into a host fact (``HostFacts.nvml_absent``), not
+    a failed scrape. ``reason`` says what is missing."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"no NVIDIA GPU on this host: {reason}")
         self.reason = reason
 
 
@@ -96,13 +112,16 @@ class NvmlLibrary:
         self._mismatch_errors: tuple[type[BaseException], ...] = (mismatch,) if mismatch else ()
 
     def init(self) -> None:
-        """``nvmlInit``. Raises ``NvmlUnavailable`` when there is no library or driver
-        (the caller retries later), ``CollectError`` on any other failure."""
+        """``nvmlInit``. Raises ``NoNvidiaGpu`` when there is no library or driver,
+        ``NvmlUnavailable`` when they do not match (the caller retries later), and
+        ``CollectError`` on any other failure."""
         try:
             self.nvml.nvmlInit()
         except self.nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
             reason = _INIT_UNAVAILABLE.get(code) if code is not None else None
+            if reason is not None and code in _INIT_ABSENT:
+                raise NoNvidiaGpu(reason) from exc
             if reason is not None:
                 raise NvmlUnavailable(f"NVML is unavailable: {reason} ({exc})") from exc
             raise CollectError(f"NVML initialisation failed: {exc} (error {code})") from exc

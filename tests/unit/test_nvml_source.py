@@ -413,26 +413,40 @@ def test_gpm_per_mig_instance(run_source) -> None:
 # --------------------------------------------------------------------------- init
 
 
-def test_no_library_raises_nvml_unavailable_and_retries(run_source) -> None:
+def test_no_library_is_a_host_fact_not_a_failure_and_is_retried(run_source) -> None:
+    """A CPU host: no libnvidia-ml.so.1. Each tick succeeds with the fact that the
+    host has no NVIDIA GPU (and why), and no device; NVML is tried again each tick."""
     if _system_has_nvml():
         pytest.skip("this host has a real libnvidia-ml.so.1 on its loader path")
     run = run_source([scenario(BASE), None], lib="empty")
-    for tick in run.ticks:
-        assert tick["records"] == []
-        assert tick["error"]["type"] == "NvmlUnavailable"
-        assert tick["error"]["error_kind"] == "nvml_unavailable"
-        assert "libnvidia-ml.so.1 was not found" in tick["error"]["message"]
+    for i in range(2):
+        (facts,) = run.records(i)
+        assert facts["record"] == "HostFacts" and facts["target"] == "test-host"
+        assert "libnvidia-ml.so.1 was not found" in facts["nvml_absent"]
+        assert facts["cpu_count"] >= 1
 
 
-def test_driver_not_loaded_then_init_is_retried(run_source) -> None:
+def test_driver_not_loaded_is_a_host_fact_then_init_is_retried(run_source) -> None:
     down = {"error.nvmlInitWithFlags": "DRIVER_NOT_LOADED"}
     run = run_source([scenario(BASE, down), scenario(BASE)])
-    error = run.ticks[0]["error"]
-    assert error["type"] == "NvmlUnavailable"
-    assert "kernel driver is not loaded" in error["message"]
+    (facts,) = run.records(0)
+    assert facts["record"] == "HostFacts"
+    assert "kernel driver is not loaded" in facts["nvml_absent"]
+    # The driver is there on the next tick: the GPUs, and the fact cleared.
     assert set(run.devices(1)) == {UUID0, UUID1}
+    (cleared,) = [r for r in run.records(1) if r["record"] == "HostFacts"]
+    assert cleared["nvml_absent"] is None
     assert run.count("nvmlInitWithFlags") == 2
     assert run.count("nvmlShutdown") == 1  # only the successful init is paired
+
+
+def test_a_driver_that_does_not_match_its_library_is_a_failure(run_source) -> None:
+    """NVML on a GPU host that errors is an outage, unlike a host without NVML."""
+    mismatch = {"error.nvmlInitWithFlags": "LIB_RM_VERSION_MISMATCH"}
+    run = run_source([scenario(BASE, mismatch)])
+    error = run.ticks[0]["error"]
+    assert error["type"] == "NvmlUnavailable" and error["error_kind"] == "nvml_unavailable"
+    assert "differ in version" in error["message"]
 
 
 # --------------------------------------------------------------------------- registry
