@@ -28,6 +28,8 @@ from dashboard.queries import (
 from dashboard.theme import palette, plotly_template
 
 __all__ = [
+    "BatchLevel",
+    "batch_levels",
     "batch_size_figure",
     "distribution_figure",
     "empty_figure",
@@ -40,6 +42,7 @@ __all__ = [
     "qps_figure",
     "service_time_figure",
     "what_if_figure",
+    "with_legend_room",
 ]
 
 _HEIGHT = 280
@@ -62,6 +65,19 @@ def _base(title: str, theme: str, *, y_title: str, x_time: bool = True) -> go.Fi
     )
     if x_time:
         fig.update_xaxes(type="date", title={"text": "time (UTC)"})
+    return fig
+
+
+# The top margin of a figure with a legend: the title's row, then the legend's.
+_LEGEND_TOP_MARGIN = 84
+
+
+def with_legend_room(fig: go.Figure) -> go.Figure:
+    """``fig`` with a top margin that holds the title and, below it, the legend when
+    Plotly shows one (two or more traces), so the two never overlap."""
+    shown = [t for t in fig.data if t.showlegend is not False]
+    if len(shown) > 1 or any(t.showlegend for t in fig.data):
+        fig.update_layout(margin={"t": _LEGEND_TOP_MARGIN})
     return fig
 
 
@@ -162,16 +178,42 @@ def batch_size_figure(
     )
     if not fig.data:  # drawn empty: nothing to measure against
         return fig
-    levels = [(size, "dash", f"preferred {size}") for size in sorted(set(preferred))]
-    if max_batch_size:
-        levels.append((max_batch_size, "dot", f"max {max_batch_size}"))
-    for y, dash, text in levels:
+    for i, level in enumerate(batch_levels(preferred, max_batch_size)):
         fig.add_hline(
-            y=y,
-            line={"color": p.muted, "dash": dash, "width": 1},
-            annotation={"text": text, "font": {"color": p.muted}},
+            y=level.y,
+            line={"color": p.muted, "dash": level.dash, "width": 1},
+            # Neighbouring levels label on alternate sides, so close ones never collide.
+            annotation_position="top right" if i % 2 == 0 else "top left",
+            annotation={"text": level.text, "font": {"color": p.muted}},
         )
     return fig
+
+
+@dataclass(frozen=True)
+class BatchLevel:
+    """A level the average batch size is measured against: one line and one label,
+    even where a preferred size is also the maximum ("preferred 32 · max 32")."""
+
+    y: int
+    dash: str
+    text: str
+
+
+def batch_levels(preferred: Sequence[int], max_batch_size: int | None) -> list[BatchLevel]:
+    """The preferred sizes (dashed) and the max batch size (dotted), lowest first; a
+    preferred size equal to the maximum shares its line and label."""
+    sizes = sorted(set(preferred))
+    levels = [
+        BatchLevel(size, "dash", f"preferred {size}")
+        for size in sizes
+        if not max_batch_size or size != max_batch_size
+    ]
+    if max_batch_size:
+        text = f"max {max_batch_size}"
+        if max_batch_size in sizes:
+            text = f"preferred {max_batch_size} · {text}"
+        levels.append(BatchLevel(max_batch_size, "dot", text))
+    return sorted(levels, key=lambda level: level.y)
 
 
 def latency_figure(series: ModelSeries, theme: str) -> go.Figure:
@@ -197,7 +239,7 @@ def latency_figure(series: ModelSeries, theme: str) -> go.Figure:
                 hovertemplate=name + " %{y:.2f} ms<extra></extra>",
             )
         )
-    return fig
+    return with_legend_room(fig)
 
 
 def pending_figure(series: ModelSeries, theme: str) -> go.Figure:
@@ -314,15 +356,19 @@ def service_time_figure(view: ServiceTimeView | None, theme: str) -> go.Figure:
         tick0=0,
         dtick=max(1, math.ceil((end + 1) / 8)),
     )
-    return fig
+    return with_legend_room(fig)
 
 
 def what_if_figure(
-    view: WhatIfView | None, theme: str, *, chosen_delay_us: int | None = None
+    view: WhatIfView | None,
+    theme: str,
+    *,
+    chosen_delay_us: int | None = None,
+    current_qps: float | None = None,
 ) -> go.Figure:
     """Predicted QPS (bars, left axis) and p95 (line, right axis) over the max queue
     delays, the objective as a dashed line on the p95 axis, the chosen delay marked
-    and today's figures as dotted lines."""
+    and ``current_qps`` (the page's one current figure) as a dotted line."""
     if view is None or view.error or not view.delays_us:
         message = view.error if view is not None and view.error else "no model chosen"
         return empty_figure(message, theme, title="What if")
@@ -346,7 +392,6 @@ def what_if_figure(
             "rangemode": "tozero",
             "showgrid": False,
         },
-        legend={"orientation": "h", "y": -0.3},
     )
     colours = [p.series[0] if d != chosen_delay_us else p.series[2] for d in view.delays_us]
     fig.add_trace(
@@ -381,18 +426,18 @@ def what_if_figure(
                 hoverinfo="skip",
             )
         )
-    if view.current is not None:
+    if current_qps is not None:
         fig.add_trace(
             go.Scatter(
                 x=[labels[0], labels[-1]],
-                y=[view.current.qps] * 2,
+                y=[current_qps] * 2,
                 name="QPS now",
                 mode="lines",
                 hoverinfo="skip",
                 line={"color": p.muted, "dash": "dot", "width": 2},
             )
         )
-    return fig
+    return with_legend_room(fig)
 
 
 def heatmap_figure(
@@ -448,4 +493,4 @@ def rows_figure(
                 connectgaps=False,
             )
         )
-    return fig
+    return with_legend_room(fig)

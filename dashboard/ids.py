@@ -66,6 +66,7 @@ class Recs(LivePage):
     LIST, DETAIL = _ids(2)
     WHAT_IF, WHAT_IF_GRAPH, WHAT_IF_SUMMARY = _ids(3)
     DELAY = _Id()  # slider over WHAT_IF_DELAYS_US (index)
+    DELAY_VALUE = _Id()  # the slider's delay in µs, as text
     PREFERRED, INSTANCES = _ids(2)
     SEEDED = _Id()  # dcc.Store: the sliders were set from the recommendation
     APPLY_PANEL, APPLY_CONFIRM, APPLY = _ids(3)

@@ -85,6 +85,7 @@ def plotly_template(theme: str) -> go.layout.Template:
         "linecolor": p.grid,
         "tickfont": {"color": p.muted},
         "title": {"font": {"color": p.muted}},
+        "automargin": True,  # room for tick labels and titles; never cut one off
     }
     return go.layout.Template(
         layout={
@@ -104,7 +105,17 @@ def plotly_template(theme: str) -> go.layout.Template:
             },
             "margin": {"l": 56, "r": 16, "t": 48, "b": 40},
             "hoverlabel": {"bgcolor": p.surface, "font": {"color": p.text}},
-            "title": {"font": {"size": 15, "color": p.text}, "x": 0, "xanchor": "left"},
+            # The title in its own row at the very top; a legend, when there is one,
+            # sits in the row below it (``dashboard.figures`` makes room for it).
+            "title": {
+                "font": {"size": 15, "color": p.text},
+                "x": 0,
+                "xanchor": "left",
+                "y": 1,
+                "yref": "container",
+                "yanchor": "top",
+                "pad": {"t": 10},
+            },
         }
     )
 

@@ -9,13 +9,15 @@ from typing import Any
 
 from dash import dcc, html
 
-from collector.records import Recommendation
 from dashboard import ids
 from dashboard.components.text import fmt_num, fmt_time, model_href, recs_href
 from dashboard.queries import RecommendationView, StoredRecommendation, WhatIfView
 
 
-def _current_vs_predicted(rec: Recommendation) -> Any:
+def _current_vs_predicted(view: RecommendationView) -> Any:
+    """Current (the view's one current figure) and predicted QPS and p95."""
+    rec = view.stored.recommendation
+    rows = [("current", view.current), ("predicted", rec.predicted)]
     return html.Table(
         [
             html.Thead(html.Tr([html.Th(""), html.Th("QPS"), html.Th("p95")])),
@@ -24,16 +26,21 @@ def _current_vs_predicted(rec: Recommendation) -> Any:
                     html.Tr(
                         [
                             html.Td(label),
-                            html.Td(fmt_num(p.qps, 0)),
-                            html.Td(fmt_num(p.p95_ms, 1, " ms")),
+                            html.Td(fmt_num(p.qps if p else None, 0)),
+                            html.Td(fmt_num(p.p95_ms if p else None, 1, " ms")),
                         ]
                     )
-                    for label, p in (("current", rec.current), ("predicted", rec.predicted))
+                    for label, p in rows
                 ]
             ),
         ],
         className="numbers",
     )
+
+
+def fmt_gain(view: RecommendationView) -> str:
+    """The view's gain as "1.18× QPS"; empty when it is not known."""
+    return f"{view.gain:.2f}× QPS" if view.gain is not None else ""
 
 
 def _rec_meta(stored: StoredRecommendation, *extra: Any) -> Any:
@@ -69,7 +76,7 @@ def recommendation_card(view: RecommendationView | None) -> list[Any]:
         html.Table(html.Tbody(change_rows), className="changes")
         if change_rows
         else html.P("keep the current config", className="muted"),
-        _current_vs_predicted(rec),
+        _current_vs_predicted(view),
         html.Div(
             [
                 html.Span("config.pbtxt", className="muted"),
@@ -117,11 +124,6 @@ def recommendation_list(
     for view in recs:
         r = view.stored.recommendation
         chosen = selected == (r.target, r.model)
-        gain = (
-            f"{r.predicted.qps / r.current.qps:.2f}× QPS"
-            if r.predicted.qps and r.current.qps
-            else ""
-        )
         items.append(
             dcc.Link(
                 [
@@ -131,7 +133,7 @@ def recommendation_list(
                         r.kind.replace("_", " "),
                         className="badge " + ("badge-info" if view.changes else "badge-muted"),
                     ),
-                    html.Span(gain, className="rec-gain"),
+                    html.Span(fmt_gain(view), className="rec-gain"),
                     html.Span(view.stored.status.replace("_", " "), className="muted"),
                 ],
                 href=recs_href(r.target, r.model),
@@ -161,7 +163,7 @@ def recommendation_detail(view: RecommendationView | None) -> list[Any]:
         _rec_meta(stored, dcc.Link("model page", href=model_href(rec.target, rec.model))),
         html.P(rec.reason, className="reason"),
         *outcome,
-        _current_vs_predicted(rec),
+        _current_vs_predicted(view),
         html.Div(
             [
                 html.Span("config.pbtxt — current → proposed", className="muted"),
@@ -179,18 +181,20 @@ def recommendation_detail(view: RecommendationView | None) -> list[Any]:
 
 
 def what_if_summary(view: WhatIfView | None, delay_us: int | None) -> list[Any]:
+    """The prediction at the chosen delay and whether it meets the objective (the
+    gain over today is the recommendation's, shown once, in the list)."""
     if view is None or view.error or not view.delays_us:
         return [html.P(view.error if view is not None and view.error else "", className="muted")]
     i = view.delays_us.index(delay_us) if delay_us in view.delays_us else 0
     qps, p95 = view.predicted[i].qps, view.predicted[i].p95_ms
     meets = view.objective_p95_ms is None or p95 is None or p95 <= view.objective_p95_ms
     verdict = "meets" if meets else "breaks"
-    gain = f" ({qps / view.current.qps:.2f}× today)" if view.current and view.current.qps else ""
     return [
         html.P(
             [
                 html.Strong(
-                    f"{view.delays_us[i]} µs: {qps:.0f} QPS{gain}, p95 {fmt_num(p95, 1, ' ms')}"
+                    f"at {view.delays_us[i]} µs: {qps:.0f} QPS predicted, "
+                    f"p95 {fmt_num(p95, 1, ' ms')}"
                 ),
                 html.Span(
                     f" — {verdict} the objective ({view.objective})",

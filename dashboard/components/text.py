@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 from dash import html
 
+from collector.evidence import evidence_items
 from dashboard.queries import DEFAULT_RANGE, StoredFinding
 from dashboard.theme import severity_class
 
@@ -64,14 +65,13 @@ def finding_badges(findings: Sequence[StoredFinding]) -> list[Any]:
 
 
 def evidence_facts(evidence: dict[str, Any]) -> Any:
-    """A finding's evidence as a definition list, numbers to four figures."""
-
-    def show(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return str(v)
-
+    """A finding's evidence as a definition list: each key's label, each value a
+    figure with its unit (``collector.evidence``)."""
     return html.Dl(
-        [item for k, v in sorted(evidence.items()) for item in (html.Dt(str(k)), html.Dd(show(v)))],
+        [
+            item
+            for label, value in evidence_items(evidence)
+            for item in (html.Dt(label), html.Dd(value))
+        ],
         className="facts evidence",
     )

@@ -57,15 +57,16 @@ def layout(**query: Any) -> Any:
                 id=Model.RANGES,
                 className="ranges",
             ),
-            html.Div([graph(g, responsive=True) for g in _GRAPHS], className="graphs"),
+            # What to do first: the recommendation and the findings above the charts.
             html.Div(
                 [
                     html.Div(id=Model.RECOMMENDATION, className="panel"),
                     html.Div(id=Model.FINDINGS, className="panel"),
-                    html.Div(id=Model.CONFIG, className="panel"),
                 ],
                 className="panels",
             ),
+            html.Div([graph(g, responsive=True) for g in _GRAPHS], className="graphs"),
+            html.Div(html.Div(id=Model.CONFIG, className="panel"), className="panels"),
         ],
         stores=[query_store],
     )

@@ -42,6 +42,8 @@ _PREFERRED_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 def _what_if_controls() -> Any:
     """The sliders and the dropdown the what-if re-runs the batcher model for."""
+    # The slider moves over the delays' indices (evenly spaced); its own number box
+    # would show the index, so it has none and the delay is spelled out beside it.
     delay = dcc.Slider(
         id=Recs.DELAY,
         min=0,
@@ -49,6 +51,7 @@ def _what_if_controls() -> Any:
         step=1,
         value=0,
         marks={i: f"{d}" for i, d in enumerate(WHAT_IF_DELAYS_US)},
+        allow_direct_input=False,
     )
     preferred = dcc.Dropdown(
         id=Recs.PREFERRED,
@@ -62,12 +65,26 @@ def _what_if_controls() -> Any:
     )
     return html.Div(
         [
-            *labelled("max queue delay", delay),
+            html.Label("max queue delay (µs)", htmlFor=Recs.DELAY),
+            html.Div(
+                [html.Output(_delay_text(0), id=Recs.DELAY_VALUE, className="delay-value"), delay],
+                className="delay-box",
+            ),
             *labelled("preferred batch sizes", preferred),
             *labelled("instances", instances),
         ],
         className="what-if-controls",
     )
+
+
+def _delay_us(index: Any) -> int:
+    """The delay (µs) at slider position ``index`` (clamped to the slider's range)."""
+    i = int(index) if isinstance(index, int | float) else 0
+    return WHAT_IF_DELAYS_US[min(max(i, 0), len(WHAT_IF_DELAYS_US) - 1)]
+
+
+def _delay_text(index: Any) -> str:
+    return f"{_delay_us(index)} µs"
 
 
 def _what_if_panel() -> Any:
@@ -239,11 +256,21 @@ def _register_what_if(app: Dash, queries: DashboardQueries) -> None:
                 preferred=sizes,
                 instances=int(instances or 1),
             )
-        delay = WHAT_IF_DELAYS_US[min(max(int(delay_index or 0), 0), len(WHAT_IF_DELAYS_US) - 1)]
+        delay = _delay_us(delay_index)
+        current = chosen.current if chosen is not None else None
         return (
-            figures.what_if_figure(view, theme, chosen_delay_us=delay),
+            figures.what_if_figure(
+                view,
+                theme,
+                chosen_delay_us=delay,
+                current_qps=current.qps if current is not None else None,
+            ),
             components.what_if_summary(view, delay),
         )
+
+    @app.callback(Output(Recs.DELAY_VALUE, "children"), Input(Recs.DELAY, "value"))
+    def delay_value(delay_index: Any) -> str:
+        return _delay_text(delay_index)
 
 
 def _apply_offer(

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Final
 
 from collector.store import Store, StoredFinding
-from dashboard.queries.views import EventsView, is_open
+from dashboard.queries.views import EventsView, is_open, severity_rank
 
 __all__ = ["EVENT_READERS", "model_findings", "read_events"]
 
@@ -20,11 +20,6 @@ def _findings_since(store: Store, since: float) -> list[StoredFinding]:
 
 #: Each reader turns one kind of stored event into findings-shaped events since a time.
 EVENT_READERS: Final[tuple[Callable[[Store, float], list[StoredFinding]], ...]] = (_findings_since,)
-_SEVERITY_ORDER: Final = {"critical": 0, "warning": 1, "info": 2}
-
-
-def _severity_rank(severity: str) -> int:
-    return _SEVERITY_ORDER.get(severity, 3)
 
 
 def read_events(
@@ -47,13 +42,13 @@ def read_events(
         and (severity is None or e.severity == severity)
         and (state == "all" or (state == "active") == is_open(e))
     ]
-    chosen.sort(key=lambda e: (not is_open(e), _severity_rank(e.severity), -e.created_at, -e.id))
+    chosen.sort(key=lambda e: (not is_open(e), severity_rank(e.severity), -e.created_at, -e.id))
     return EventsView(
         events=chosen[:500],
         targets=sorted({e.target for e in every}),
         subjects=sorted({e.subject for e in every}),
         kinds=sorted({e.kind for e in every}),
-        severities=sorted({e.severity for e in every}, key=_severity_rank),
+        severities=sorted({e.severity for e in every}, key=severity_rank),
     )
 
 

@@ -12,17 +12,25 @@ from typing import Final
 from collector.analysis.configs import render_pbtxt
 from collector.analysis.fit import fit_service_time
 from collector.analysis.rates import batch_stats_increase, sum_batch_stats, window_batch_stats
-from collector.records import BatchStat, Duration, ModelSample
-from collector.store import Store, StoredRecommendation
-from dashboard.queries.views import BatchDistribution, RecommendationView, ServiceTimeView
+from collector.records import BatchStat, Duration, ModelSample, Prediction, Recommendation
+from collector.store import Store, StoredFinding, StoredRecommendation
+from dashboard.queries.views import (
+    BatchDistribution,
+    RecommendationView,
+    ServiceTimeView,
+    is_open,
+    severity_rank,
+)
 
 __all__ = [
     "by_version",
+    "current_figure",
     "distribution_edges",
     "distribution_pairwise",
     "latest_recommendation",
     "recommendation_view",
     "service_time",
+    "worst_open_severity",
 ]
 
 # Batch stats of a long range: the sample nearest each end within this much.
@@ -113,7 +121,17 @@ def latest_recommendation(store: Store, target: str, model: str) -> Recommendati
     return recommendation_view(stored[-1])
 
 
-def recommendation_view(stored: StoredRecommendation) -> RecommendationView:
+def current_figure(rec: Recommendation) -> Prediction:
+    """The one "current" throughput and p95 a page shows beside a recommendation: its
+    table, its gain and the what-if's "now" all derive from this value."""
+    return rec.current
+
+
+def recommendation_view(
+    stored: StoredRecommendation, severity: str | None = None
+) -> RecommendationView:
+    """``stored`` as the pages show it; ``severity``: its model's most severe open
+    finding."""
     rec = stored.recommendation
     return RecommendationView(
         stored=stored,
@@ -121,7 +139,21 @@ def recommendation_view(stored: StoredRecommendation) -> RecommendationView:
         current_pbtxt=render_pbtxt(
             rec.current_config, instance_kind=_instance_kind(rec.config_json)
         ),
+        current=current_figure(rec),
+        severity=severity,
     )
+
+
+def worst_open_severity(findings: Iterable[StoredFinding]) -> dict[tuple[str, str], str]:
+    """Per (target, subject), the most severe of ``findings`` that are still open."""
+    worst: dict[tuple[str, str], str] = {}
+    for f in findings:
+        key = (f.target, f.subject)
+        if is_open(f) and (
+            key not in worst or severity_rank(f.severity) < severity_rank(worst[key])
+        ):
+            worst[key] = f.severity
+    return worst
 
 
 def _instance_kind(config_json: str) -> str:

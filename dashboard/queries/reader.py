@@ -30,6 +30,7 @@ from dashboard.queries.views import (
     ServiceTimeView,
     WhatIfView,
     parse_range,
+    severity_rank,
 )
 from dashboard.queries.what_if import WhatIfCurves
 
@@ -170,15 +171,24 @@ class DashboardQueries:
     # ------------------------------------------------------------------ other pages
 
     def recommendations(self) -> tuple[list[RecommendationView], str | None]:
-        """The latest recommendation of every model, most confident change first; and
-        an error line when the store could not be read."""
+        """The latest recommendation of every model, the one whose model has the most
+        severe open finding first, then changes before none; and an error line when
+        the store could not be read."""
 
         def read(store: Store) -> tuple[list[RecommendationView], str | None]:
             latest: dict[tuple[str, str], StoredRecommendation] = {}
             for r in store.recommendations():
                 latest[(r.target, r.model)] = r  # oldest first: the last one wins
-            views = [model_parts.recommendation_view(r) for r in latest.values()]
-            views.sort(key=lambda v: (not v.changes, v.stored.target, v.stored.model))
+            worst = model_parts.worst_open_severity(store.active_findings())
+            views = [model_parts.recommendation_view(r, worst.get(k)) for k, r in latest.items()]
+            views.sort(
+                key=lambda v: (
+                    severity_rank(v.severity),
+                    not v.changes,
+                    v.stored.target,
+                    v.stored.model,
+                )
+            )
             return views, None
 
         return self._guard("recommendations", read, lambda error: ([], error))

@@ -47,6 +47,15 @@ def is_open(finding: StoredFinding) -> bool:
     return finding.resolved_at is None
 
 
+#: Finding severities, most severe first.
+SEVERITY_ORDER: Final = {"critical": 0, "warning": 1, "info": 2}
+
+
+def severity_rank(severity: str | None) -> int:
+    """0 for the most severe; an unknown severity (or none) after every known one."""
+    return SEVERITY_ORDER.get(severity or "", len(SEVERITY_ORDER))
+
+
 # --------------------------------------------------------------------------- overview
 
 
@@ -166,12 +175,27 @@ class ServiceTimeView:
 @dataclass(frozen=True)
 class RecommendationView:
     """A stored recommendation as the pages show it: its ``changes`` as ``[field,
-    before, after]`` text, and ``current_pbtxt``, the current config's batching fields
-    rendered like the proposed ``config_pbtxt``, for a diff."""
+    before, after]`` text, ``current_pbtxt``, the current config's batching fields
+    rendered like the proposed ``config_pbtxt``, for a diff, the current figure and
+    the model's most severe open finding."""
 
     stored: StoredRecommendation
     changes: list[list[str]] = field(default_factory=list)
     current_pbtxt: str = ""
+    #: The one "current" figure every number on a page is judged against (see
+    #: ``dashboard.queries.model.current_figure``); ``None`` when not measured.
+    current: Prediction | None = None
+    #: The most severe open finding of the model (``None``: it has none).
+    severity: str | None = None
+
+    @property
+    def gain(self) -> float | None:
+        """Predicted over current throughput, from ``current``; ``None`` when either
+        is unknown."""
+        predicted = self.stored.recommendation.predicted.qps
+        if self.current is None or not self.current.qps or not predicted:
+            return None
+        return predicted / self.current.qps
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,66 @@ def test_batch_size_figure_marks_preferred_sizes_and_the_maximum() -> None:
     assert {"preferred 8", "preferred 16", "max 32"} <= set(annotation_texts(fig))
 
 
+def test_a_preferred_size_equal_to_the_maximum_shares_its_line_and_label() -> None:
+    """What Triton fills in when batching is enabled without preferred sizes:
+    ``preferred_batch_size: [32]`` with ``max_batch_size: 32``. One dotted line and
+    one label, never "preferred 32" drawn over "max 32"."""
+    fig = figures.batch_size_figure(series(), LIGHT, preferred=[32], max_batch_size=32)
+    assert [(s.y0, s.line.dash) for s in fig.layout.shapes] == [(32, "dot")]
+    assert annotation_texts(fig) == ["preferred 32 · max 32"]
+    # Neighbouring levels label on alternate sides.
+    fig = figures.batch_size_figure(series(), LIGHT, preferred=[16, 30], max_batch_size=32)
+    sides = [a.xanchor for a in fig.layout.annotations]
+    assert annotation_texts(fig) == ["preferred 16", "preferred 30", "max 32"]
+    assert sides[0] != sides[1] != sides[2]
+    assert figures.batch_levels([8], None) == [figures.BatchLevel(8, "dash", "preferred 8")]
+
+
+def test_a_figure_with_a_legend_keeps_its_title_in_a_row_of_its_own() -> None:
+    one = figures.qps_figure(series(), DARK)
+    two = figures.latency_figure(series(), DARK)
+    assert two.layout.margin.t is not None and two.layout.margin.t >= 80
+    assert one.layout.margin.t is None  # no legend: the template's margin
+    template = two.layout.template.layout
+    assert template.title.yref == "container" and template.title.yanchor == "top"
+    assert template.legend.y >= 1 and template.legend.yanchor == "bottom"
+
+
+def test_evidence_reads_as_figures_with_units() -> None:
+    from collector.evidence import evidence_items, evidence_text
+
+    items = dict(
+        evidence_items(
+            {
+                "queue_us_per_request": 12345,
+                "queue_share": 0.9,
+                "requests_per_s": 180.04,
+                "max_queue_delay_us": 2000,
+                "queue_p95_us": 12345.0,
+                "saturated": True,
+                "reasons": "pending_growing,at_delay_limit",
+                "new_thing_ms": 3.25,
+                "concurrency": 15.3,
+            }
+        )
+    )
+    assert items == {
+        "queue time per request": "12.3 ms",
+        "time spent queued": "90%",
+        "requests": "180 req/s",
+        "max queue delay": "2,000 µs",
+        "queue p95": "12.3 ms",
+        "saturated": "yes",
+        "because": "pending growing,at delay limit",
+        "new thing": "3.25 ms",
+        "concurrency": "15.3",
+    }
+    assert evidence_text({"queue_p95_us": 12345}) == "queue p95 12.3 ms"
+    dl = components.evidence_facts({"queue_us_per_request": 12345.0, "avg_batch_size": 1.0})
+    texts = [c.children for c in walk(dl) if isinstance(c, html.Dt | html.Dd)]
+    assert texts == ["average batch size", "1", "queue time per request", "12.3 ms"]
+
+
 def test_latency_figure_stacks_compute_under_queue() -> None:
     fig = figures.latency_figure(series(), DARK)
     assert [t.name for t in fig.data] == ["compute", "queue"]
@@ -337,10 +397,16 @@ def test_what_if_figure_draws_qps_p95_objective_and_marks_the_choice() -> None:
         objective="SLO p95 ≤ 25 ms",
         current=Prediction(qps=400.0, p95_ms=30.0),
     )
-    fig = figures.what_if_figure(view, "dark", chosen_delay_us=1000)
+    fig = figures.what_if_figure(view, "dark", chosen_delay_us=1000, current_qps=410.0)
     names = [t.name for t in fig.data]
     assert names[:2] == ["predicted QPS", "predicted p95"]
     assert any(n.startswith("objective") for n in names) and "QPS now" in names
+    # "Now" is the page's one current figure, not the what-if's own estimate of today.
+    assert list(next(t for t in fig.data if t.name == "QPS now").y) == [410.0, 410.0]
+    # Title and legend in rows of their own: the legend sits above the plot, below
+    # the title, in a top margin that holds both.
+    assert fig.layout.legend.y is None or fig.layout.legend.y >= 1
+    assert fig.layout.margin.t >= 80
     bars = fig.data[0]
     assert list(bars.y) == [500.0, 650.0, 700.0]
     # The chosen delay's bar has its own colour.

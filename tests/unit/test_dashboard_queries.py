@@ -394,6 +394,45 @@ def test_latest_recommendation_with_its_pbtxt(seeded: Store, store: Store) -> No
     assert queries(seeded).model_detail("t", "batched").recommendation is None
 
 
+def test_recommendations_start_with_the_model_of_the_most_severe_finding(
+    seeded: Store, store: Store
+) -> None:
+    for config in (BATCHED, UNBATCHED):
+        store_recommendation(store, target="t", config=config, qps=50, p95_ms=80, created_at=T0)
+    assert [r.stored.model for r in queries(seeded).recommendations()[0]] == [
+        "batched",
+        "unbatched",
+    ]
+    common = dict(target="t", window_start=T0, window_end=T0 + 60, evidence={}, summary="s")
+    store.add_finding(kind="idle_capacity", severity="info", subject="batched", **common)
+    critical = store.add_finding(
+        kind="queue_saturation", severity="critical", subject="unbatched", **common
+    )
+    recs, _error = queries(seeded).recommendations()
+    assert [(r.stored.model, r.severity) for r in recs] == [
+        ("unbatched", "critical"),
+        ("batched", "info"),
+    ]
+    # A resolved finding no longer counts.
+    store.resolve_finding(critical, T0 + 600)
+    recs, _error = queries(seeded).recommendations()
+    assert [(r.stored.model, r.severity) for r in recs] == [
+        ("batched", "info"),
+        ("unbatched", None),
+    ]
+
+
+def test_a_recommendation_has_one_current_figure_and_its_gain_from_it(
+    seeded: Store, store: Store
+) -> None:
+    store_recommendation(store, target="t", config=UNBATCHED, qps=200, p95_ms=80, created_at=T0)
+    view = queries(seeded).latest_recommendation("t", "unbatched")
+    assert view is not None and view.current is not None
+    assert view.current == view.stored.recommendation.current
+    assert view.gain == pytest.approx(view.stored.recommendation.predicted.qps / 200)
+    assert from_json(type(view), to_json(view)).gain == view.gain
+
+
 def test_a_recommendation_without_changes_or_configs_still_shows(
     seeded: Store, store: Store
 ) -> None:
