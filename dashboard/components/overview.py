@@ -8,6 +8,7 @@ from typing import Any
 
 from dash import dcc, html
 
+from collector.analysis.health import HealthState
 from dashboard.components.text import (
     finding_badges,
     fmt_ago,
@@ -22,17 +23,49 @@ EMPTY_TEXT = "no targets yet — run `batchscope collect --triton URL`"
 
 
 def overview_messages(data: OverviewData) -> list[str]:
+    """The banner's alerts: a store error, no collector running, each target down."""
     messages = []
     if data.error:
         messages.append(data.error)
-    for t in data.down_targets:
-        reason = f": {t.last_error}" if t.last_error else ""
+    if data.stale:
+        messages.append(
+            "nothing has been collected lately (last reading "
+            f"{fmt_ago(data.last_sample_at, data.generated_at)}): the figures below are not "
+            "live — is `batchscope collect` running?"
+        )
+    for tile in data.targets:
+        if tile.now is not HealthState.DOWN:
+            continue
+        t = tile.state
+        why = t.last_error if t.up is False and t.last_error else None
+        if why is None and tile.health is not None and t.up is not False:
+            why = tile.health.reason
+        reason = f": {why}" if why else ""
         messages.append(
             f"target {t.name} is down{reason} "
             f"({t.consecutive_failures} failed scrape(s) in a row, last seen "
             f"{fmt_ago(t.last_seen_at, data.generated_at)})"
         )
     return messages
+
+
+NO_GPU_TEXT = "no NVIDIA GPU on this host"
+
+
+def host_notes(data: OverviewData) -> list[Any]:
+    """One quiet line for the hosts without NVIDIA GPU (no NVML library or driver):
+    a fact about the host, not an alert."""
+    hosts = [t.state.name for t in data.targets if t.facts is not None and t.facts.nvml_absent]
+    if not hosts:
+        return []
+    text = NO_GPU_TEXT if len(hosts) == 1 else "no NVIDIA GPU on these hosts"
+    return [
+        html.Div(
+            f"{text} ({', '.join(hosts)}): GPU tiles and GPU panels stay empty; models, "
+            "CPU and processes are shown",
+            className="note note-no-gpu",
+        )
+    ]
 
 
 def empty_state(data: OverviewData) -> list[Any]:
@@ -88,7 +121,7 @@ def overview_summary(data: OverviewData) -> list[Any]:
                 f"{data.instances_idle:.1f}", "model instances idle", f"of {data.instances_total}"
             )
         )
-    up = sum(1 for t in data.targets if t.state.up)
+    up = sum(1 for t in data.targets if t.now is HealthState.UP)
     cards.append(_stat(f"{up}/{len(data.targets)}", "targets up", ""))
     cards.append(_stat(str(len(data.models)), "models", f"window {data.window_s:.0f} s"))
     return cards
@@ -107,16 +140,19 @@ def _stat(value: str, label: str, detail: str) -> Any:
 
 def target_tile(tile: TargetTile) -> Any:
     t = tile.state
-    state = "up" if t.up else "down" if t.up is False else "unknown"
+    state = str(tile.now)
+    if t.kind == "triton":
+        detail = f"{tile.models} model(s)"
+    else:
+        detail = "no NVIDIA GPU" if tile.facts is not None and tile.facts.nvml_absent else ""
     return html.Div(
         [
             html.Div(t.name, className="tile-title"),
             html.Div(f"{t.kind} · {state}", className="tile-detail"),
-            html.Div(
-                f"{tile.models} model(s)" if t.kind == "triton" else "", className="tile-detail"
-            ),
+            html.Div(detail, className="tile-detail"),
         ],
         className=f"tile tile-target tile-{state}",
+        title=tile.health.reason if tile.health is not None else "",
     )
 
 
@@ -190,8 +226,9 @@ def filter_rows(rows: Sequence[ModelRow], text: str | None) -> list[ModelRow]:
 
 
 def _rate(row: ModelRow, name: str) -> float | None:
-    """A ``ModelRates`` figure of the row, ``None`` without rates."""
-    rates = row.status.rates
+    """A ``ModelRates`` figure of the row, ``None`` without rates or when the row is not
+    live (its target is not up, or the series is stale): no figure is shown as live."""
+    rates = row.status.rates if row.status.up else None
     value: float | None = getattr(rates, name) if rates is not None else None
     return value
 
@@ -205,6 +242,17 @@ def sort_rows(rows: Sequence[ModelRow], key: str | None) -> list[ModelRow]:
     if key == "findings":
         return sorted(rows, key=lambda r: (-len(r.findings), r.status.target, r.status.model))
     return sorted(rows, key=lambda r: (r.status.target, r.status.model, r.status.version))
+
+
+def _p95_ms(r: ModelRow) -> float | None:
+    p95 = r.status.request_p95_us if r.status.up else None
+    return p95 / 1000.0 if p95 is not None else None
+
+
+def _target_cell(r: ModelRow) -> Any:
+    if r.status.up:
+        return html.Td(r.status.target)
+    return html.Td([r.status.target, html.Span(r.status.state, className="row-state")])
 
 
 def _batch_cell(r: ModelRow) -> Any:
@@ -233,6 +281,7 @@ def models_table(rows: Sequence[ModelRow]) -> Any:
                 "QPS",
                 "avg batch",
                 "queue share",
+                "p95 ms",
                 "busy share",
                 "pending",
                 "findings",
@@ -242,7 +291,7 @@ def models_table(rows: Sequence[ModelRow]) -> Any:
     body = [
         html.Tr(
             [
-                html.Td(r.status.target),
+                _target_cell(r),
                 html.Td(
                     dcc.Link(
                         r.status.model,
@@ -253,14 +302,18 @@ def models_table(rows: Sequence[ModelRow]) -> Any:
                 html.Td(fmt_num(_rate(r, "requests_per_s"), 1), className="num"),
                 _batch_cell(r),
                 html.Td(fmt_share(_rate(r, "queue_share")), className="num"),
+                html.Td(fmt_num(_p95_ms(r), 1), className="num"),
                 html.Td(fmt_share(_rate(r, "busy_share")), className="num"),
-                html.Td(fmt_num(r.status.pending_request_count, 1), className="num"),
+                html.Td(
+                    fmt_num(r.status.pending_request_count if r.status.up else None, 1),
+                    className="num",
+                ),
                 html.Td(html.Div(finding_badges(r.findings), className="badges")),
             ],
-            className="row-down" if not r.status.up else "",
+            className="" if r.status.up else f"row-not-live row-{r.status.state}",
         )
         for r in rows
     ]
     if not body:
-        body = [html.Tr(html.Td("no model matches", colSpan=8, className="muted"))]
+        body = [html.Tr(html.Td("no model matches", colSpan=9, className="muted"))]
     return html.Table([html.Thead(header), html.Tbody(body)], className="models")

@@ -51,6 +51,20 @@ def layout(**query: Any) -> Any:
     )
 
 
+def _no_gpu_note(view: DevicesView) -> list[Any]:
+    """Why the GPU panels are empty on a host without NVIDIA GPU (a quiet note)."""
+    if not view.no_gpu_hosts or view.devices:
+        return []
+    hosts = ", ".join(f"{name} ({reason})" for name, reason in sorted(view.no_gpu_hosts.items()))
+    return [
+        html.Div(
+            f"No NVIDIA GPU on this host — {hosts}. The GPU utilisation, memory and power "
+            "panels stay empty; the process panel shows each model instance's CPU.",
+            className="note note-no-gpu",
+        )
+    ]
+
+
 def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = None) -> None:
     del actions  # read-only page
 
@@ -81,7 +95,7 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
         if view.process_window_s:
             process_title += f" · last {view.process_window_s / 3600:.0f} h"
         return (
-            [],
+            _no_gpu_note(view),
             figures.heatmap_figure(view.devices, view.t, theme, title=device_title),
             figures.heatmap_figure(view.processes, view.t, theme, title=process_title, zmax=None),
             figures.rows_figure(

@@ -13,6 +13,7 @@ import dash
 from dash import Dash, Input, Output, dcc, html
 
 from dashboard import components
+from dashboard.components.overview import host_notes
 from dashboard.ids import Overview
 from dashboard.page_parts import live_page, register_tick
 from dashboard.queries import DashboardQueries, OverviewData, from_json, to_json
@@ -76,7 +77,7 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
         overview = from_json(OverviewData, data)
         return (
             components.banner(components.overview_messages(overview)),
-            components.empty_state(overview),
+            components.empty_state(overview) + host_notes(overview),
             components.overview_summary(overview) if not overview.empty else [],
             components.tiles(overview),
         )

@@ -69,7 +69,19 @@ def read_devices(
         devices_truncated_to_s=truncated_to_s,
         memory_used_gb=_bucketed(memory, since, bucket_s, buckets),
         power_w=_bucketed(power, since, bucket_s, buckets),
+        no_gpu_hosts=_no_gpu_hosts(store),
     )
+
+
+def _no_gpu_hosts(store: Store) -> dict[str, str]:
+    """The hosts whose NVML source found no NVIDIA GPU (no library or driver), with
+    the reason: why the GPU panels of the page are empty."""
+    out: dict[str, str] = {}
+    for t in store.targets():
+        facts = store.host_facts(t.name) if t.kind == "host" else None
+        if facts is not None and facts.nvml_absent:
+            out[t.name] = facts.nvml_absent
+    return out
 
 
 def _device_points(

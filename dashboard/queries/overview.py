@@ -1,6 +1,8 @@
-"""The overview: every target, every model's status over the latest window (from
-``collector.analysis.status``) with its open findings, and a tile per GPU or MIG
-instance weighted by the share of a GPU it stands for."""
+"""The overview: every target judged at now, every model's status over the latest
+window (from ``collector.analysis.status``) with its open findings, and a tile per GPU
+or MIG instance weighted by the share of a GPU it stands for. Only fresh readings
+count: a model of a target that is not up adds no idle instances, and a device not
+read lately has no tile."""
 
 from __future__ import annotations
 
@@ -28,7 +30,12 @@ def read_overview(store: Store, *, window_s: float, now: float) -> OverviewData:
     model_count: dict[str, int] = defaultdict(int)
     for m in report.models:
         model_count[m.target] += 1
-    targets = [TargetTile(state=t, models=model_count.get(t.name, 0)) for t in store.targets()]
+    targets = [
+        TargetTile(
+            state=t.target, models=model_count.get(t.name, 0), health=t.health, facts=t.facts
+        )
+        for t in report.targets
+    ]
 
     devices = device_tiles(report.devices)
     uuids = {d.sample.uuid for d in devices}
@@ -38,7 +45,7 @@ def read_overview(store: Store, *, window_s: float, now: float) -> OverviewData:
     instances_total = 0
     instances_idle = 0.0
     for m in report.models:
-        busy = m.rates.busy_share if m.rates else None
+        busy = m.rates.busy_share if m.rates and m.up else None
         instances = m.config.instance_count if m.config else None
         if instances and busy is not None:
             instances_total += instances

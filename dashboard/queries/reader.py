@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from collector.analysis.health import target_healths
 from collector.errors import ConfigError
 from collector.store import Store, StoredFinding, StoredRecommendation
 from dashboard.queries import model as model_parts
@@ -98,7 +99,9 @@ class DashboardQueries:
                 store, target, model, since, until, max_points=max_points
             )
             config = store.latest_model_configs(target).get((target, model))
-            up = next((t.up for t in store.targets() if t.name == target), None)
+            states = store.targets()  # judged at ``until`` (now), as the overview does
+            healths = zip(states, target_healths(states, until), strict=True)
+            up = next((h.up for t, h in healths if t.name == target), None)
             return ModelDetail(
                 target=target,
                 model=model,

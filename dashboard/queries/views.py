@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
+from collector.analysis.health import Health, HealthState
 from collector.analysis.status import ModelStatus
-from collector.records import DeviceSample, Prediction
+from collector.records import DeviceSample, HostFacts, Prediction
 from collector.store import StoredFinding, StoredModelConfig, StoredRecommendation, TargetState
 
 #: The time ranges a model page offers, by their query-string name.
@@ -61,10 +62,22 @@ def severity_rank(severity: str | None) -> int:
 
 @dataclass(frozen=True)
 class TargetTile:
-    """A target's state and how many of its models the overview lists."""
+    """A target's stored state, its ``health`` judged at the overview's time, how many
+    of its models the overview lists, and its machine's facts (``facts.nvml_absent``:
+    a host without NVIDIA GPU)."""
 
     state: TargetState
     models: int
+    health: Health | None = None
+    facts: HostFacts | None = None
+
+    @property
+    def now(self) -> HealthState:
+        """Its state now (as last stored, for a tile made without ``health``)."""
+        if self.health is not None:
+            return self.health.state
+        up = self.state.up
+        return HealthState.UNKNOWN if up is None else HealthState(("down", "up")[up])
 
 
 @dataclass(frozen=True)
@@ -116,7 +129,16 @@ class OverviewData:
 
     @property
     def down_targets(self) -> list[TargetState]:
-        return [t.state for t in self.targets if t.state.up is False]
+        return [t.state for t in self.targets if t.now is HealthState.DOWN]
+
+    @property
+    def stale(self) -> bool:
+        """No collector has scraped any target lately: nothing shown is live."""
+        return (
+            bool(self.targets)
+            and all(t.now in (HealthState.STALE, HealthState.UNKNOWN) for t in self.targets)
+            and any(t.now is HealthState.STALE for t in self.targets)
+        )
 
 
 # --------------------------------------------------------------------------- a model
@@ -288,6 +310,8 @@ class DevicesView:
     process_window_s: float | None = None
     #: Set when a long range without rollups was read raw over only its last part.
     devices_truncated_to_s: float | None = None
+    #: Hosts without NVIDIA GPU (no NVML library or driver): name -> the reason.
+    no_gpu_hosts: dict[str, str] = field(default_factory=dict)
     error: str | None = None
 
     @property
