@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from collector.analysis.detect.settings import DetectorSettings
+from collector.analysis.health import is_fresh, scrape_interval_s
 from collector.analysis.rates import (
     gauge_max,
     gauge_mean,
@@ -100,23 +101,43 @@ def read_window(
 ) -> DetectionWindow:
     """The window ``[now - window_s, now]`` of every model, device and process in the
     store, reduced to the typed windows the detectors take. A series or device with
-    fewer than ``min_samples`` readings in the window is left out (not evaluated)."""
+    fewer than ``min_samples`` readings in the window is left out (not evaluated), and
+    so is one whose newest reading is not fresh at ``now`` (its target is gone, or no
+    collector runs): no finding is made from a window without fresh samples."""
     now = time.time() if now is None else now
     start = now - settings.window_s
     configs = {key: c.config for key, c in store.latest_model_configs().items()}
+    targets = {t.name: t for t in store.targets()}
+
+    def fresh(target: str, newest: float) -> bool:
+        return is_fresh(newest, now, scrape_interval_s(targets.get(target)))
+
     series: dict[tuple[str, str], dict[str, list[ModelSample]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for s in store.model_samples(since=start, until=now):
         series[(s.target, s.model)][s.version].append(s)
+    for (target, _), versions in series.items():
+        for version, rows in list(versions.items()):
+            if not fresh(target, max(r.collected_at for r in rows)):
+                del versions[version]
     models = tuple(
         mw
         for (target, model), versions in sorted(series.items())
         if (mw := _model_window(target, model, versions, configs.get((target, model)), settings))
         is not None
     )
+    device_rows = store.device_samples(since=start, until=now)
+    newest: dict[tuple[str, str, str], float] = defaultdict(float)
+    for d in device_rows:
+        key = (d.target, d.sample.source, d.sample.uuid)
+        newest[key] = max(newest[key], d.collected_at)
     devices = _device_windows(
-        store.device_samples(since=start, until=now),
+        [
+            d
+            for d in device_rows
+            if fresh(d.target, newest[(d.target, d.sample.source, d.sample.uuid)])
+        ],
         store.process_samples(since=start, until=now),
         models,
         settings,
