@@ -3,17 +3,73 @@ for the model-repository load API, and the ``config.pbtxt`` fragment a person pa
 
 The load API replaces the model's config entirely, so a change is always applied to
 the *effective* config Triton reported (``ModelConfig.raw_json``), never sent alone.
+
+The effective config holds what Triton's auto-complete filled in, not only what the
+operator wrote. For batching that matters once: when ``dynamic_batching`` is on with no
+``preferred_batch_size``, Triton's normalisation sets it to ``[max_batch_size]``
+(``NormalizeModelConfig``). The batcher then aims at ``max_batch_size`` — exactly what
+it does with no preferred size — so a reported ``[max_batch_size]`` says nothing the
+operator chose: :func:`preferred_sizes_origin` calls it ``"auto"``, and
+:func:`operator_preferred_sizes` / :func:`effective_batcher` read it as no preferred
+sizes. A list that a config we applied set explicitly is the operator's.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
 from collector.records import BatcherConfig, ConfigChange, ModelConfig
 
-__all__ = ["config_changes", "config_with", "has_own_batcher_choice", "render_pbtxt"]
+__all__ = [
+    "PreferredOrigin",
+    "config_changes",
+    "config_with",
+    "effective_batcher",
+    "has_own_batcher_choice",
+    "operator_preferred_sizes",
+    "preferred_sizes_origin",
+    "render_pbtxt",
+]
+
+PreferredOrigin = Literal["none", "auto", "operator"]
+
+
+def preferred_sizes_origin(
+    config: ModelConfig, applied: BatcherConfig | None = None
+) -> PreferredOrigin:
+    """Who set ``config``'s preferred batch sizes: ``"none"`` (there are none, or
+    dynamic batching is off), ``"auto"`` (``[max_batch_size]``, what Triton's
+    auto-complete fills in when none was given, unless ``applied`` — the config we
+    sent — asked for exactly that), else ``"operator"``."""
+    sizes = tuple(config.preferred_batch_sizes)
+    if not config.dynamic_batching or not sizes:
+        return "none"
+    if sizes == (config.max_batch_size,) and (
+        applied is None or tuple(applied.preferred_batch_sizes) != sizes
+    ):
+        return "auto"
+    return "operator"
+
+
+def operator_preferred_sizes(
+    config: ModelConfig, applied: BatcherConfig | None = None
+) -> tuple[int, ...]:
+    """The preferred batch sizes the operator chose; ``()`` for Triton's own fill."""
+    if preferred_sizes_origin(config, applied) != "operator":
+        return ()
+    return tuple(config.preferred_batch_sizes)
+
+
+def effective_batcher(config: ModelConfig, applied: BatcherConfig | None = None) -> BatcherConfig:
+    """``config``'s batcher settings with Triton's auto-filled preferred size read as
+    none (the batcher behaves the same; a proposal then never lists a change to it)."""
+    batcher = BatcherConfig.from_model_config(config)
+    if preferred_sizes_origin(config, applied) == "auto":
+        batcher = replace(batcher, preferred_batch_sizes=())
+    return batcher
 
 
 def has_own_batcher_choice(config: ModelConfig) -> bool:

@@ -156,6 +156,26 @@ class ServiceTimeFit:
             return math.inf
         return se / self.mean_ms(batch, per_sample_ms=per_sample_ms)
 
+    def log_ratio_se(self, batch_a: float, batch_b: float) -> float:
+        """Standard error of ``log time(a) − log time(b)`` on the fitted line, to first
+        order: how far the fit alone leaves the relative cost of executions of ``a``
+        and ``b`` samples uncertain (0 for ``a == b``; the shared error of the line
+        cancels). ``inf`` with the slope unidentified, unless ``a == b``. Batch sizes
+        may be fractional (a simulated mean batch)."""
+        if batch_a == batch_b:
+            return 0.0
+        if self.per_sample_ms is None:
+            return math.inf
+        t_a = max(self.intercept_ms + self.per_sample_ms * batch_a, _MIN_MS)
+        t_b = max(self.intercept_ms + self.per_sample_ms * batch_b, _MIN_MS)
+        # d log t(b) = (d intercept + b · d slope) / t(b)
+        g_a = 1.0 / t_a - 1.0 / t_b
+        g_s = batch_a / t_a - batch_b / t_b
+        var_a = (self.intercept_se_ms or 0.0) ** 2
+        var_s = (self.per_sample_se_ms or 0.0) ** 2
+        cov = self.intercept_slope_cov_ms2 or 0.0
+        return math.sqrt(max(g_a * g_a * var_a + g_s * g_s * var_s + 2.0 * g_a * g_s * cov, 0.0))
+
 
 def mean_execution_ms(batches: Sequence[BatchStat]) -> float | None:
     """Mean time of one execution (ms), whatever its batch size, over ``batches``

@@ -420,7 +420,7 @@ def test_batch_far_below_preferred_or_max(store: Store) -> None:
     # L = 400 req/s × 10 ms = 4 in flight, yet batches of 2.
     load = Load(batches_per_s={2: 200.0}, compute_us=9900.0)
     Series(store, config("pref", preferred=(16,), max_batch_size=32)).run([load])
-    Series(store, config("max", max_batch_size=32)).run([load])
+    Series(store, config("max", max_batch_size=32, delay_us=100)).run([load])
     Series(store, config("fine", max_batch_size=4)).run([load])  # 2 >= 0.25 × 4
     found = {
         f.subject: f

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from collector.analysis.configs import has_own_batcher_choice
+from collector.analysis.configs import has_own_batcher_choice, operator_preferred_sizes
 from collector.analysis.detect.settings import DetectorSettings
 from collector.analysis.detect.windows import DetectionWindow, DeviceWindow, ModelWindow
 from collector.records import Finding, ModelConfig, ModelRates
@@ -294,7 +294,10 @@ def batch_below_preferred(window: DetectionWindow, settings: DetectorSettings) -
     aims at: below ``below_preferred_ratio`` × the smallest preferred size, or, with no
     preferred sizes, below ``below_max_ratio`` × ``max_batch_size``. ``warning`` when
     the queue share also passes ``queue_share`` (requests wait, yet batches stay
-    small), else ``info``."""
+    small), else ``info``. Preferred sizes are the operator's: Triton's auto-filled
+    ``[max_batch_size]`` is none (``configs.preferred_sizes_origin``), and a batcher
+    with neither preferred sizes nor a delay (the recommender's probe) aims at
+    nothing, so it is not flagged."""
     return _per_model(window, settings, _batch_below_preferred)
 
 
@@ -304,8 +307,14 @@ def _batch_below_preferred(m: ModelWindow, settings: DetectorSettings) -> Findin
     avg = r.avg_batch_size
     if config is None or avg is None or r.in_server < settings.concurrency_min:
         return None
-    if config.preferred_batch_sizes:
-        reference, basis = min(config.preferred_batch_sizes), "preferred_batch_size"
+    # Triton's own ``[max_batch_size]`` fill is no aim of the operator's; and with no
+    # preferred size and no delay (the probe) the batcher waits for nothing: it sends
+    # what is queued, so a small batch is the load, not a missed target.
+    preferred = operator_preferred_sizes(config)
+    if not preferred and config.max_queue_delay_us == 0:
+        return None
+    if preferred:
+        reference, basis = min(preferred), "preferred_batch_size"
         limit = settings.below_preferred_ratio * reference
     else:
         reference, basis = config.max_batch_size, "max_batch_size"

@@ -21,10 +21,18 @@
    real traffic breaks in favour of waiting. Otherwise the load is open: arrivals at
    the observed rate with the observed burstiness.
 4. **Search** candidate configs (delay × preferred sizes × instance count) through the
-   discrete-event model of Triton's batcher (``batcher_sim.simulate``) and keep the one
-   with the most throughput whose p95 meets the objective: ``slo_p95_ms`` when given,
-   else at most 10 % above the current config's p95. "No change" wins when nothing
-   beats the current config by a margin.
+   discrete-event model of Triton's batcher (``batcher_sim.simulate``), coarse to
+   fine (a coarse grid screened with short runs, refined around the best, finalists
+   run paired on every variant and seed) and keep the one with the most throughput
+   whose p95 meets the objective: ``slo_p95_ms`` when given, else at most 10 % above
+   the current config's p95.
+5. **Hold still** (``choice``): a config replaces the standing one (the one running,
+   then the recommendation already stored for it) only when its predicted gain
+   exceeds the uncertainty of that gain — the spread of paired runs across variants,
+   seeds and earlier windows, and the fit's standard error; ties go to the standing
+   config, then to the simpler one. The stored recommendation is reused without any
+   simulation while its inputs still hold (``cache``), and only fresh samples are
+   advised on (``observe``). Seeds are fixed: the same inputs give the same advice.
 
 Predictions are for the observed load, as a client would see them: for closed loops
 the simulated client-side latency of each request (server time plus its own client
@@ -32,11 +40,19 @@ time), so the p95 carries the stagger too.
 
 Modules: ``observe`` (store reads into a ``ModelHistory``, pure reduction to an
 ``Observation``), ``model`` (the calibrated ``BatcherModel``), ``search`` (the
-recommendation), ``job`` (per model and as a scheduler analysis), ``settings``.
+recommendation), ``choice`` (the comparison rule), ``cache`` (the standing
+recommendation, reused), ``figures`` (the one current figure and gain every view
+shows: ``recommendation_figures``), ``job`` (per model and as a scheduler analysis),
+``settings``.
 """
 
 from __future__ import annotations
 
+from collector.analysis.recommend.figures import (
+    GainFigures,
+    gain_figures,
+    recommendation_figures,
+)
 from collector.analysis.recommend.job import (
     recommend_model,
     recommendation_from_dict,
@@ -50,6 +66,7 @@ from collector.analysis.recommend.observe import (
     Observation,
     observation_from,
     observe_model,
+    observe_windows,
     read_history,
 )
 from collector.analysis.recommend.search import recommend_from_observation
@@ -58,15 +75,19 @@ from collector.analysis.recommend.settings import RecommendSettings
 __all__ = [
     "BatcherModel",
     "BatcherVariant",
+    "GainFigures",
     "ModelHistory",
     "Observation",
     "RecommendSettings",
     "batcher_model",
+    "gain_figures",
     "observation_from",
     "observe_model",
+    "observe_windows",
     "read_history",
     "recommend_from_observation",
     "recommend_model",
+    "recommendation_figures",
     "recommendation_from_dict",
     "recommendation_to_dict",
     "recommender_job",

@@ -4,13 +4,22 @@ their JSON document."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from pydantic import TypeAdapter
 
-from collector.analysis.recommend.observe import observe_model
+from collector.analysis.recommend.cache import (
+    INPUTS_KEY,
+    model_inputs,
+    reuse_inputs,
+    reused,
+    standing_recommendation,
+)
+from collector.analysis.recommend.observe import observe_windows
 from collector.analysis.recommend.search import recommend_from_observation
 from collector.analysis.recommend.settings import RecommendSettings
 from collector.records import Recommendation
@@ -31,13 +40,34 @@ def recommend_model(
     now: float | None = None,
     settings: RecommendSettings | None = None,
 ) -> Recommendation | None:
-    """Observe ``model`` over the last ``window_s`` seconds and recommend; None when the
-    store holds too little traffic for it."""
+    """Observe ``model`` over the ``window_s`` seconds up to ``now`` and recommend;
+    None when the store holds too little traffic for it, or nothing fresh (see
+    ``observe``).
+
+    The recommendation stored last for the running config is the *standing* one: it
+    is reused as it stands while the inputs it was computed from still hold within
+    ``reuse_tolerance`` (the store is the recommender's cache: no simulation then),
+    and otherwise a challenger must beat it by more than the uncertainty of its gain
+    (``choice``)."""
     settings = replace(settings or RecommendSettings(), window_s=window_s)
-    obs = observe_model(store, target, model, settings=settings, now=now)
-    if obs is None:
+    now = time.time() if now is None else now
+    windows = observe_windows(store, target, model, settings=settings, now=now)
+    if not windows:
         return None
-    return recommend_from_observation(obs, slo_p95_ms=slo_p95_ms, settings=settings, now=now)
+    obs = windows[0]
+    standing = standing_recommendation(store, obs)
+    inputs = model_inputs(obs, slo_p95_ms)
+    if standing is not None and reuse_inputs(standing, inputs, settings.reuse_tolerance):
+        return reused(standing, obs, now)
+    rec = recommend_from_observation(
+        obs,
+        slo_p95_ms=slo_p95_ms,
+        settings=settings,
+        now=now,
+        standing=standing.proposed_config if standing is not None else None,
+        earlier=windows[1:],
+    )
+    return replace(rec, evidence={**rec.evidence, INPUTS_KEY: json.dumps(inputs, sort_keys=True)})
 
 
 def store_recommendation(store: Store, rec: Recommendation) -> int:

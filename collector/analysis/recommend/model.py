@@ -44,33 +44,46 @@ def _calibrated_scale(
     settings: RecommendSettings,
     *,
     per_sample_ms: float | None = None,
+    start: float = 1.0,
 ) -> float:
     """The factor on service time that makes the model reproduce the observed mean
     request time under the current config.
 
     What the fit cannot see (input copies, Python-backend IPC, CPU shared with other
     processes) makes real executions take longer than ``batch_stats`` says; one scalar,
-    fitted at the operating point, carries that over to every candidate. Bisection on
-    log(scale) within [1/4, 4].
+    fitted at the operating point, carries that over to every candidate. Secant steps
+    on ``log(simulated / observed mean)`` against ``log(scale)`` from ``start``, within
+    [1/4, 4], until the two agree within ``calibration_tolerance`` (the simulation is
+    deterministic for its seed, so the steps converge like on a smooth curve).
     """
     target_ms = (obs.rates.request_us_per_request or 0.0) / 1000.0
     if target_ms <= 0:
         return 1.0
     lo, hi = math.log(0.25), math.log(4.0)
-    for _ in range(8):
-        mid = (lo + hi) / 2
+    x = min(max(math.log(start), lo), hi)
+    previous: tuple[float, float] | None = None
+    for _ in range(settings.calibration_steps):
         result = _run(
             obs.batcher,
-            _service(obs, settings, per_sample_ms=per_sample_ms, scale=math.exp(mid)),
+            _service(obs, settings, per_sample_ms=per_sample_ms, scale=math.exp(x)),
             load,
             settings.screen_requests,
             settings.seed,
         )
-        if result.mean_latency_ms < target_ms:
-            lo = mid
-        else:
-            hi = mid
-    return math.exp((lo + hi) / 2)
+        mean = result.mean_latency_ms
+        if not (mean > 0 and math.isfinite(mean)):
+            break
+        f = math.log(mean / target_ms)
+        if abs(f) <= settings.calibration_tolerance:
+            break
+        # Request time grows at least in proportion to service time: slope 1 until two
+        # points give a better one.
+        slope = 1.0
+        if previous is not None and previous[0] != x:
+            slope = min(max((f - previous[1]) / (x - previous[0]), 0.5), 4.0)
+        previous = (x, f)
+        x = min(max(x - f / slope, lo), hi)
+    return math.exp(x)
 
 
 def _calibrated(
@@ -79,6 +92,7 @@ def _calibrated(
     *,
     serial_share: float,
     per_sample_ms: float | None = None,
+    start: float = 1.0,
 ) -> tuple[float, OpenLoad | ClosedLoad]:
     """Service-time scale and load that reproduce the current operating point.
 
@@ -88,7 +102,7 @@ def _calibrated(
     ``Z``, and the scale is fitted again. Two rounds settle both.
     """
     load = _load(obs, serial_share, think_cv=settings.client_think_cv)
-    scale = _calibrated_scale(obs, load, settings, per_sample_ms=per_sample_ms)
+    scale = _calibrated_scale(obs, load, settings, per_sample_ms=per_sample_ms, start=start)
     if not isinstance(load, ClosedLoad) or load.client_ms <= 0:
         return scale, load
     for _ in range(2):
@@ -96,7 +110,7 @@ def _calibrated(
         result = _run(obs.batcher, service, load, settings.screen_requests, settings.seed)
         delay = max(load.think_ms + obs.think_ms - result.mean_client_ms, 0.0)
         load = replace(load, think_ms=delay)
-        scale = _calibrated_scale(obs, load, settings, per_sample_ms=per_sample_ms)
+        scale = _calibrated_scale(obs, load, settings, per_sample_ms=per_sample_ms, start=scale)
     return scale, load
 
 
@@ -153,6 +167,9 @@ class BatcherModel:
     observation: Observation
     variants: tuple[BatcherVariant, ...]
     settings: RecommendSettings
+    # Calibrated on earlier windows of the same config (one serial share each): not
+    # part of a prediction, only of the spread of a gain (``choice``).
+    window_variants: tuple[BatcherVariant, ...] = ()
 
     @property
     def scale(self) -> float:
@@ -172,9 +189,35 @@ class BatcherModel:
 
     def predict(self, config: BatcherConfig, *, requests: int | None = None) -> Prediction:
         """Client-side QPS and latency of ``config`` at the observed load."""
-        return _mean_prediction(
+        return mean_prediction(
             [_as_prediction(r) for r in self.simulate(config, requests=requests)]
         )
+
+    def runs(
+        self,
+        config: BatcherConfig,
+        *,
+        requests: int,
+        seeds: Sequence[int],
+        variants: Sequence[BatcherVariant] | None = None,
+    ) -> tuple[Prediction, ...]:
+        """One prediction per (variant, seed), in that order: paired runs, comparable
+        run by run between configs (see ``choice``)."""
+        return tuple(
+            _as_prediction(_run(config, v.service, v.load, requests, seed))
+            for v in (self.variants if variants is None else variants)
+            for seed in seeds
+        )
+
+    def window_runs(
+        self, config: BatcherConfig, *, requests: int, seeds: Sequence[int]
+    ) -> tuple[Prediction, ...]:
+        """``runs`` on the window variants."""
+        return self.runs(config, requests=requests, seeds=seeds, variants=self.window_variants)
+
+    def middle(self) -> BatcherVariant:
+        """The variant in the middle of the calibrated serial shares (for screening)."""
+        return self.variants[len(self.variants) // 2]
 
 
 def batcher_model(
@@ -182,15 +225,21 @@ def batcher_model(
     settings: RecommendSettings = DEFAULT_SETTINGS,
     *,
     per_sample_ms: float | None = None,
+    earlier: Sequence[Observation] = (),
 ) -> BatcherModel | None:
     """The model for ``obs``; None until two batch sizes were seen (the slope of the
-    service time is unknown before) unless ``per_sample_ms`` supplies one."""
+    service time is unknown before) unless ``per_sample_ms`` supplies one. Each of
+    ``earlier`` (windows of the same config) adds a window variant."""
     if obs.fit is None or (obs.fit.per_sample_ms is None and per_sample_ms is None):
         return None
     shares = settings.client_serial_shares if obs.population is not None else (0.0,)
-    variants = []
+    variants: list[BatcherVariant] = []
     for share in shares:
-        scale, load = _calibrated(obs, settings, serial_share=share, per_sample_ms=per_sample_ms)
+        # Each share starts from the last one's scale: neighbouring shares calibrate alike.
+        start = variants[-1].scale if variants else 1.0
+        scale, load = _calibrated(
+            obs, settings, serial_share=share, per_sample_ms=per_sample_ms, start=start
+        )
         variants.append(
             BatcherVariant(
                 serial_share=share,
@@ -199,10 +248,27 @@ def batcher_model(
                 service=_service(obs, settings, per_sample_ms=per_sample_ms, scale=scale),
             )
         )
-    return BatcherModel(observation=obs, variants=tuple(variants), settings=settings)
+    middle = variants[len(variants) // 2]
+    windows = tuple(
+        _variant(other, settings, middle.serial_share, middle.scale)
+        for other in earlier
+        if other.fit is not None and other.fit.per_sample_ms is not None
+    )
+    return BatcherModel(
+        observation=obs, variants=tuple(variants), settings=settings, window_variants=windows
+    )
 
 
-def _mean_prediction(predictions: Sequence[Prediction]) -> Prediction:
+def _variant(
+    obs: Observation, settings: RecommendSettings, share: float, start: float
+) -> BatcherVariant:
+    scale, load = _calibrated(obs, settings, serial_share=share, start=start)
+    return BatcherVariant(
+        serial_share=share, load=load, scale=scale, service=_service(obs, settings, scale=scale)
+    )
+
+
+def mean_prediction(predictions: Sequence[Prediction]) -> Prediction:
     def mean(values: list[float | None]) -> float | None:
         known = [v for v in values if v is not None and math.isfinite(v)]
         return sum(known) / len(known) if known else None

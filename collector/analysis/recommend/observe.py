@@ -7,14 +7,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from collector.analysis.configs import effective_batcher
 from collector.analysis.fit import (
     ServiceTimeFit,
     arrival_stats,
     fit_service_time,
     mean_execution_ms,
 )
+from collector.analysis.health import is_fresh, series_interval_s
 from collector.analysis.rates import (
     gauge_mean,
     increase_from_rates,
@@ -97,11 +99,49 @@ def observe_model(
     settings: RecommendSettings = DEFAULT_SETTINGS,
     now: float | None = None,
 ) -> Observation | None:
-    """The model's latest window (ending at its newest sample before ``now``), or None
-    when fewer than three samples or no requests were seen in it."""
+    """The model's window ending at ``now``, or None when fewer than three samples or
+    no requests were seen in it, or its newest sample is stale at ``now``."""
     now = time.time() if now is None else now
     return observation_from(
         read_history(store, target, model, settings=settings, now=now), settings
+    )
+
+
+def observe_windows(
+    store: Store,
+    target: str,
+    model: str,
+    *,
+    settings: RecommendSettings = DEFAULT_SETTINGS,
+    now: float | None = None,
+) -> tuple[Observation, ...]:
+    """The window ending at ``now`` (first), then the earlier windows of the same
+    length ending ``window_offsets`` × ``window_s`` before it that the same config
+    served: what the advice would have been computed from moments ago, for the
+    uncertainty of a gain (``choice``). Empty when the window at ``now`` gives nothing."""
+    now = time.time() if now is None else now
+    history = read_history(store, target, model, settings=settings, now=now)
+    latest = observation_from(history, settings)
+    if latest is None:
+        return ()
+    out = [latest]
+    for offset in settings.window_offsets:
+        earlier = observation_from(
+            _history_until(history, now - offset * settings.window_s), settings
+        )
+        if earlier is not None and earlier.batcher == latest.batcher:
+            out.append(earlier)
+    return tuple(out)
+
+
+def _history_until(history: ModelHistory, until: float) -> ModelHistory:
+    """``history`` as it stood at ``until`` (the same stored config)."""
+    return replace(
+        history,
+        until=until,
+        samples=tuple(s for s in history.samples if s.collected_at <= until),
+        processes=tuple(p for p in history.processes if p.collected_at <= until),
+        servers=tuple(s for s in history.servers if s.collected_at <= until),
     )
 
 
@@ -133,13 +173,20 @@ def read_history(
 
 
 def observation_from(history: ModelHistory, settings: RecommendSettings) -> Observation | None:
-    """The model inputs of ``history``'s latest window; None when fewer than three
-    samples or no requests were seen in it, or no config is known."""
+    """The model inputs of the window ending at ``history.until`` (now); None when
+    fewer than three samples or no requests were seen in it, no config is known, or
+    the newest sample is stale (``health.is_fresh`` at the series' own interval)."""
     history_samples = history.samples
     if len(history_samples) < 3 or history.config is None:
         return None
+    # Only from fresh data: a model whose newest sample is stale at ``until`` (now)
+    # gets nothing, and the window ends at now, not at its last sample.
+    times = [s.collected_at for s in history_samples]
+    interval = series_interval_s(times)
+    if interval is None or not is_fresh(times[-1], history.until, interval):
+        return None
     stored = history.config
-    end = history_samples[-1].collected_at
+    end = history.until
     # The load must have been served by the current config, after it settled: a fresh
     # (re)load runs slower for its first seconds.
     changed = bool(history.config_changes)
@@ -150,7 +197,7 @@ def observation_from(history: ModelHistory, settings: RecommendSettings) -> Obse
     if len(window) < 3:
         return None
     config = stored.config
-    batcher = BatcherConfig.from_model_config(config)
+    batcher = effective_batcher(config)
     rates = window_rates(window, instance_count=batcher.instance_count)
     if rates is None or rates.requests_per_s <= 0:
         return None

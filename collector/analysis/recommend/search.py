@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from collector.analysis.configs import (
@@ -17,12 +18,18 @@ from collector.analysis.configs import (
     render_pbtxt,
 )
 from collector.analysis.fit import ServiceTimeFit
-from collector.analysis.recommend.model import BatcherModel, batcher_model
+from collector.analysis.recommend.choice import (
+    GAIN_Z,
+    Estimate,
+    gain_uncertainty,
+    prefer,
+    simplicity,
+)
+from collector.analysis.recommend.figures import gain_figures
+from collector.analysis.recommend.model import BatcherModel, batcher_model, mean_prediction
 from collector.analysis.recommend.observe import Evidence, Observation
 from collector.analysis.recommend.settings import DEFAULT_SETTINGS, RecommendSettings
 from collector.records import BatcherConfig, Prediction, Recommendation
-
-Scored = tuple[BatcherConfig, Prediction]
 
 
 def recommend_from_observation(
@@ -31,8 +38,13 @@ def recommend_from_observation(
     slo_p95_ms: float | None = None,
     settings: RecommendSettings = DEFAULT_SETTINGS,
     now: float | None = None,
+    standing: BatcherConfig | None = None,
+    earlier: Sequence[Observation] = (),
 ) -> Recommendation:
-    """The best config for the observed load (see the package docstring)."""
+    """The best config for the observed load (see the package docstring); ties go to
+    the running config, then to ``standing`` (the recommendation already stored for
+    it), then to the simpler one (``choice``). ``earlier`` are windows of the same
+    config before ``obs``'s (``observe_windows``), for the uncertainty of a gain."""
     draft = _Draft(
         obs,
         slo_p95_ms,
@@ -46,13 +58,15 @@ def recommend_from_observation(
             "cpu_fraction": round(obs.cpu_fraction, 3),
             "cores_available": obs.cores_available,
             "window_s": round(obs.window_end - obs.window_start, 1),
+            "earlier_windows": len(earlier),
         },
+        tuple(earlier),
     )
     if not has_own_batcher_choice(obs.config):
         return _left_alone(draft)
     if obs.fit is None or obs.fit.per_sample_ms is None:
         return _single_size(draft, settings)
-    return _tuned(draft, obs.fit, settings)
+    return _tuned(draft, obs.fit, settings, standing)
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,7 @@ class _Draft:
     slo_p95_ms: float | None
     now: float
     evidence: Evidence
+    earlier: tuple[Observation, ...] = ()  # earlier windows of the same config
 
     def finish(
         self,
@@ -99,7 +114,7 @@ def _left_alone(draft: _Draft) -> Recommendation:
     """Triton refuses dynamic_batching here: an ensemble's steps, or the sequence
     batcher, decide how requests are grouped."""
     obs = draft.obs
-    observed = _observed(obs, None)
+    observed = observed_prediction(obs, None)
     what = (
         "an ensemble: its steps' models batch for it, so tune those"
         if obs.config.platform == "ensemble"
@@ -108,32 +123,29 @@ def _left_alone(draft: _Draft) -> Recommendation:
     return draft.finish("no_change", obs.batcher, observed, observed, f"this model is {what}", 1.0)
 
 
+_PROBE_REASON = (
+    "enable dynamic batching to measure; no gain predicted until measured. "
+    "{in_server:.1f} requests are in the server at once on average but run one at a "
+    "time, and only batch size 1 has been seen, so how the model's cost grows with "
+    "batch size is unknown. Dynamic batching with no delay only groups requests that "
+    "are already waiting (it adds no wait of its own); Triton fills in "
+    "preferred_batch_size [{max_batch}] itself, which with no delay changes nothing. "
+    "Apply it, let it run, then ask again for a tuned config."
+)
+
+
 def _single_size(draft: _Draft, settings: RecommendSettings) -> Recommendation:
     """Only batch size 1 was seen: how the cost grows with the batch is unknown. A
     model whose requests overlap but run one at a time gets the probe (dynamic
-    batching with no delay), predicted for the worst case: no gain."""
+    batching with no delay), which claims no gain: its predicted figures are today's."""
     obs, cur = draft.obs, draft.obs.batcher
     probe = replace(cur, dynamic_batching=True, preferred_batch_sizes=(), max_queue_delay_us=0)
-    # Pessimistic bound: a batch of b costs b single executions (no gain).
-    bound = (
-        batcher_model(obs, settings, per_sample_ms=obs.fit.intercept_ms)
-        if obs.fit is not None
-        else None
-    )
-    observed = _observed(obs, bound.predict(cur) if bound is not None else None)
+    observed = observed_prediction(obs, None)
     concurrent = obs.in_server >= 1.5 or (obs.pending_mean or 0.0) >= 1.0
     if not cur.dynamic_batching and concurrent and cur.max_batch_size > 1:
-        predicted = bound.predict(probe) if bound is not None else observed
-        reason = (
-            f"{obs.in_server:.1f} requests are in the server at once on average but "
-            f"run one at a time, and only batch size 1 has been seen, so how the "
-            f"model's cost grows with batch size is not known yet. Dynamic batching "
-            f"with no delay only groups requests that are already waiting (no added "
-            f"wait); apply it to learn the cost curve, then ask again for the tuned "
-            f"config. The prediction assumes the worst case, no gain."
-        )
+        reason = _PROBE_REASON.format(in_server=obs.in_server, max_batch=cur.max_batch_size)
         return draft.finish(
-            "probe", probe, observed, predicted, reason, _confidence(obs, probe, "probe")
+            "probe", probe, observed, observed, reason, _confidence(obs, probe, "probe")
         )
     reason = (
         "requests do not overlap, so batching has nothing to group"
@@ -143,41 +155,66 @@ def _single_size(draft: _Draft, settings: RecommendSettings) -> Recommendation:
     return draft.finish("no_change", cur, observed, observed, reason, 0.3)
 
 
-def _tuned(draft: _Draft, fit: ServiceTimeFit, settings: RecommendSettings) -> Recommendation:
-    """Search the candidates through the batcher model fitted to the observation."""
+def _tuned(
+    draft: _Draft,
+    fit: ServiceTimeFit,
+    settings: RecommendSettings,
+    standing: BatcherConfig | None,
+) -> Recommendation:
+    """Search the candidates through the batcher model fitted to the observation and
+    choose by the comparison rule of ``choice``."""
     obs, cur, slo = draft.obs, draft.obs.batcher, draft.slo_p95_ms
-    model = batcher_model(obs, settings)
+    model = batcher_model(obs, settings, earlier=draft.earlier)
     assert model is not None  # the slope is identified here
-    current_sim = model.predict(cur)
-    observed = _observed(obs, current_sim)
-    limit = slo if slo is not None else _p95(current_sim) * settings.latency_margin
-    results, candidates = _search(model, obs, settings, limit)
-    meeting = [(c, p) for c, p in results if _p95(p) <= limit]
+    found = search(model, obs, settings, standing=standing, slo_p95_ms=slo)
+    cur_e, best = found.current, found.chosen
+    observed = observed_prediction(obs, cur_e.prediction)
+    uncertainty = gain_uncertainty(best, cur_e, fit)
     evidence: Evidence = {
         **draft.evidence,
-        "p95_limit_ms": round(limit, 3),
-        "current_predicted_qps": round(current_sim.qps, 1),
-        "current_predicted_p95_ms": round(_p95(current_sim), 3),
+        "p95_limit_ms": round(found.limit_ms, 3),
+        "current_predicted_qps": round(cur_e.qps, 1),
+        "current_predicted_p95_ms": round(cur_e.p95_ms, 3),
         "service_scale": round(model.scale, 3),
-        "candidates": candidates,
+        "candidates": found.screened,
+        "simulations": found.simulations,
+        "standing": _describe(standing) if standing is not None else None,
+        "predicted_gain": best.qps / cur_e.qps if cur_e.qps > 0 else None,
+        "gain_uncertainty": round(math.expm1(GAIN_Z * uncertainty), 4)
+        if math.isfinite(uncertainty)
+        else None,
     }
-    if not meeting:
-        best_c, best_p = min(results, key=lambda cp: _p95(cp[1]))
-    else:
-        best_c, best_p = _choose(meeting, cur, settings)
-    cur_p = next(p for c, p in results if c == cur)
-    gain = best_p.qps / cur_p.qps if cur_p.qps > 0 else math.inf
-    better_latency = _p95(best_p) < _p95(cur_p) * (1 - settings.min_gain)
-    if best_c == cur or (gain < 1 + settings.min_gain and not better_latency):
+    if best.config == cur:
+        kept = replace(cur_e.prediction, qps=observed.qps)
+        reason = _kept_reason(cur, cur_e, fit, found, settings)
         return draft.finish(
-            "no_change",
-            cur,
-            observed,
-            cur_p,
-            _kept_reason(cur, cur_p, fit, settings),
-            _confidence(obs, cur, "no_change"),
-            evidence,
+            "no_change", cur, observed, kept, reason, _confidence(obs, cur, "no_change"), evidence
         )
+    gain = best.qps / cur_e.qps if cur_e.qps > 0 else 1.0
+    # The model's ratio carried onto the measured figure: one current figure (the
+    # observed QPS), one gain (see ``figures``).
+    predicted = replace(best.prediction, qps=observed.qps * gain)
+    reason = _tune_reason(draft, fit, settings, found, predicted, observed)
+    return draft.finish(
+        "tune",
+        best.config,
+        observed,
+        predicted,
+        reason,
+        _confidence(obs, best.config, "tune"),
+        evidence,
+    )
+
+
+def _tune_reason(
+    draft: _Draft,
+    fit: ServiceTimeFit,
+    settings: RecommendSettings,
+    found: SearchResult,
+    predicted: Prediction,
+    observed: Prediction,
+) -> str:
+    obs, slo, best = draft.obs, draft.slo_p95_ms, found.chosen
     objective = (
         f"p95 ≤ {slo:g} ms"
         if slo is not None
@@ -188,44 +225,138 @@ def _tuned(draft: _Draft, fit: ServiceTimeFit, settings: RecommendSettings) -> R
         f"{fit.per_sample_ms:.2f} ms per sample (fitted from "
         f"{fit.executions} executions at {len(fit.points)} batch sizes)"
     )
-    if not meeting:
-        reason = (
-            f"no candidate meets the objective ({objective}); {_describe(best_c)} comes "
-            f"closest with p95 {_p95(best_p):.1f} ms. " + cost
+    if not found.meets_objective:
+        return (
+            f"no candidate meets the objective ({objective}); {_describe(best.config)} comes "
+            f"closest with p95 {best.p95_ms:.1f} ms. " + cost
         )
-    else:
-        load_text = (
-            f"{obs.population} concurrent clients"
-            if obs.population is not None
-            else f"{obs.rates.requests_per_s:.0f} requests/s"
-        )
-        reason = (
-            f"{cost}. At the observed load ({load_text}) {_describe(best_c)} is "
-            f"predicted to serve {best_p.qps:.0f} QPS ({gain:.2f}× the current "
-            f"{cur_p.qps:.0f}) at p95 {_p95(best_p):.1f} ms (now {_p95(cur_p):.1f} ms), "
-            f"within the objective ({objective})."
-        )
-    return draft.finish(
-        "tune", best_c, observed, best_p, reason, _confidence(obs, best_c, "tune"), evidence
+    load_text = (
+        f"{obs.population} concurrent clients"
+        if obs.population is not None
+        else f"{obs.rates.requests_per_s:.0f} requests/s"
+    )
+    gain = gain_figures(observed.qps, predicted.qps).gain or 1.0
+    spread = gain_uncertainty(best, found.current, fit)
+    margin = f" (±{math.expm1(GAIN_Z * spread):.0%})" if math.isfinite(spread) else ""
+    return (
+        f"{cost}. At the observed load ({load_text}) {_describe(best.config)} is "
+        f"predicted to serve {gain:.2f}×{margin} today's QPS at p95 {best.p95_ms:.1f} ms "
+        f"(now {found.current.p95_ms:.1f} ms), within the objective ({objective})."
     )
 
 
-def _search(
-    model: BatcherModel, obs: Observation, settings: RecommendSettings, limit: float
-) -> tuple[list[Scored], int]:
-    """Every candidate screened with short runs; the finalists (and the current
-    config) predicted with full runs. Returns the finalists' predictions and the
-    number of candidates screened."""
-    screened = [
-        (candidate, model.predict(candidate, requests=settings.screen_requests))
-        for candidate in _candidates(obs, settings)
-    ]
-    # The finalists get longer runs; near-ties go to the simpler, cheaper config.
-    screened.sort(key=lambda cp: -cp[1].qps if _p95(cp[1]) <= limit * 1.05 else _p95(cp[1]))
-    finalists = [c for c, _ in screened[: settings.finalists]]
-    if obs.batcher not in finalists:
-        finalists.append(obs.batcher)
-    return [(c, model.predict(c)) for c in finalists], len(screened)
+@dataclass(frozen=True)
+class SearchResult:
+    """What the search found: the chosen config and the running one, each with its
+    paired runs, and what it cost."""
+
+    chosen: Estimate
+    current: Estimate
+    finals: tuple[Estimate, ...]
+    limit_ms: float
+    meets_objective: bool
+    screened: int
+    simulations: int
+
+
+def search(
+    model: BatcherModel,
+    obs: Observation,
+    settings: RecommendSettings,
+    *,
+    standing: BatcherConfig | None = None,
+    slo_p95_ms: float | None = None,
+) -> SearchResult:
+    """Coarse to fine: screen, refine around the best, then paired runs of the
+    finalists, the running config and ``standing`` on every variant and seed; the
+    choice follows ``choice`` (deterministic for the same inputs: fixed seeds)."""
+    cur = obs.batcher
+    current = _estimate(model, cur, settings)
+    limit = slo_p95_ms if slo_p95_ms is not None else current.p95_ms * settings.latency_margin
+    screen = _Screen(model, settings)
+    coarse = _candidates(obs, settings, coarse=True)
+    ranked = screen.rank([c for c in coarse if c.instance_count == cur.instance_count], limit)
+    refined = _refinements(ranked[: settings.refine], obs, settings)
+    ranked = screen.rank(list(dict.fromkeys(ranked + refined)), limit)
+    finalists = [c for c in dict.fromkeys(ranked[: settings.finalists]) if c != cur]
+    if standing is not None and standing not in (cur, *finalists) and _feasible(standing, obs):
+        finalists.append(standing)
+    finals = (current, *(_estimate(model, c, settings) for c in finalists))
+    meeting = [e for e in finals if e.p95_ms <= limit]
+    if meeting:
+        top = _most_throughput(meeting, settings)
+        options = [e for e in meeting if e.config.instance_count <= top.config.instance_count]
+        order = [cur] + ([standing] if standing is not None else [])
+        chosen = prefer(
+            top, options, model.observation.fit, standing=order, min_gain=settings.min_gain
+        )
+    else:
+        chosen = min(finals, key=lambda e: e.p95_ms)
+    return SearchResult(
+        chosen=chosen,
+        current=current,
+        finals=finals,
+        limit_ms=limit,
+        meets_objective=bool(meeting),
+        screened=screen.count,
+        simulations=screen.count + len(finals) * (len(current.runs) + len(current.window_runs)),
+    )
+
+
+class _Screen:
+    """Short runs of the middle variant, each config once."""
+
+    def __init__(self, model: BatcherModel, settings: RecommendSettings) -> None:
+        self.model, self.settings = model, settings
+        self.seen: dict[BatcherConfig, Prediction] = {}
+        self.variant = (model.middle(),)
+
+    @property
+    def count(self) -> int:
+        return len(self.seen)
+
+    def __call__(self, config: BatcherConfig) -> Prediction:
+        if config not in self.seen:
+            (self.seen[config],) = self.model.runs(
+                config,
+                requests=self.settings.screen_requests,
+                seeds=(self.settings.seed,),
+                variants=self.variant,
+            )
+        return self.seen[config]
+
+    def rank(self, configs: list[BatcherConfig], limit: float) -> list[BatcherConfig]:
+        """Best first: those near the objective by QPS, the rest by p95; near-ties to
+        the simpler config."""
+
+        def key(c: BatcherConfig) -> tuple[int, float, tuple[int, int, int, bool]]:
+            p = self(c)
+            meets = _p95(p) <= limit * 1.05
+            return (0 if meets else 1, -round(p.qps, 0) if meets else _p95(p), simplicity(c))
+
+        return sorted(configs, key=key)
+
+
+def _estimate(model: BatcherModel, config: BatcherConfig, settings: RecommendSettings) -> Estimate:
+    runs = model.runs(config, requests=settings.final_requests, seeds=settings.final_seeds)
+    windows = model.window_runs(config, requests=settings.final_requests, seeds=(settings.seed,))
+    return Estimate(config=config, prediction=mean_prediction(runs), runs=runs, window_runs=windows)
+
+
+def _refinements(
+    best: list[BatcherConfig], obs: Observation, settings: RecommendSettings
+) -> list[BatcherConfig]:
+    """Around each of ``best``: the delays next to its own in ``delays_us``, and one
+    instance more and one fewer."""
+    out: list[BatcherConfig] = []
+    delays = sorted(set(settings.delays_us) | set(settings.coarse_delays_us))
+    counts = _instance_counts(obs.batcher, settings)
+    for c in best:
+        if c.dynamic_batching and c.max_queue_delay_us in delays:
+            i = delays.index(c.max_queue_delay_us)
+            out += [replace(c, max_queue_delay_us=d) for d in delays[max(i - 1, 0) : i + 2]]
+        out += [replace(c, instance_count=n) for n in counts]
+    return [c for c in dict.fromkeys(out) if _feasible(c, obs)]
 
 
 def _p95(prediction: Prediction) -> float:
@@ -234,12 +365,16 @@ def _p95(prediction: Prediction) -> float:
 
 
 def _kept_reason(
-    cur: BatcherConfig, cur_p: Prediction, fit: ServiceTimeFit, settings: RecommendSettings
+    cur: BatcherConfig,
+    cur_e: Estimate,
+    fit: ServiceTimeFit,
+    found: SearchResult,
+    settings: RecommendSettings,
 ) -> str:
     reason = (
-        f"the current config ({_describe(cur)}) is already the best the batcher "
-        f"model found for this load: {cur_p.qps:.0f} QPS at p95 "
-        f"{_p95(cur_p):.1f} ms; no candidate beat it by {settings.min_gain:.0%}"
+        f"the current config ({_describe(cur)}) is kept: {cur_e.qps:.0f} QPS at p95 "
+        f"{cur_e.p95_ms:.1f} ms predicted, and no candidate beat it by more than the "
+        f"uncertainty of its predicted gain (and at least {settings.min_gain:.0%})"
     )
     if fit.per_sample_ms is not None and fit.intercept_ms < fit.per_sample_ms:
         reason += (
@@ -249,26 +384,17 @@ def _kept_reason(
     return reason
 
 
-def _choose(meeting: list[Scored], cur: BatcherConfig, settings: RecommendSettings) -> Scored:
-    """The most throughput; near-ties go to lower p95, then the simpler change. Every
-    extra instance costs device memory, so a higher count must earn
-    ``instance_gain`` more throughput than the best config with fewer instances."""
-
-    def best_of(options: list[Scored]) -> Scored:
-        top = max(p.qps for _, p in options)
-        near = [(c, p) for c, p in options if p.qps >= top * 0.99]
-        return min(
-            near,
-            key=lambda cp: (_p95(cp[1]), len(config_changes(cur, cp[0])), cp[0].max_queue_delay_us),
-        )
-
-    by_count: dict[int, Scored] = {}
-    for n in sorted({c.instance_count for c, _ in meeting}):
-        by_count[n] = best_of([(c, p) for c, p in meeting if c.instance_count == n])
+def _most_throughput(meeting: list[Estimate], settings: RecommendSettings) -> Estimate:
+    """The most throughput. Every extra instance costs device memory, so a higher
+    count must earn ``instance_gain`` more throughput than the best config with fewer
+    instances."""
+    by_count: dict[int, Estimate] = {}
+    for e in sorted(meeting, key=lambda e: (-e.qps, simplicity(e.config))):
+        by_count.setdefault(e.config.instance_count, e)
     counts = sorted(by_count)
     chosen = by_count[counts[0]]
     for n in counts[1:]:
-        if by_count[n][1].qps >= chosen[1].qps * (1 + settings.instance_gain):
+        if by_count[n].qps >= chosen.qps * (1 + settings.instance_gain):
             chosen = by_count[n]
     return chosen
 
@@ -279,24 +405,36 @@ def _feasible(config: BatcherConfig, obs: Observation) -> bool:
     return all(p <= config.max_batch_size for p in config.preferred_batch_sizes)
 
 
-def _candidates(obs: Observation, settings: RecommendSettings) -> list[BatcherConfig]:
-    cur = obs.batcher
-    counts = sorted(
+def _instance_counts(cur: BatcherConfig, settings: RecommendSettings) -> list[int]:
+    return sorted(
         {
             cur.instance_count,
             min(cur.instance_count + 1, settings.max_instances),
             max(cur.instance_count - 1, 1),
         }
     )
+
+
+def _candidates(
+    obs: Observation, settings: RecommendSettings, *, coarse: bool = False
+) -> list[BatcherConfig]:
+    """Every config the search may propose (``coarse``: only ``coarse_delays_us``).
+    Preferred sizes a closed loop can never fill (more samples than its clients send
+    at once) are left out: Triton would wait for them in vain, so they only add the
+    delay."""
+    cur = obs.batcher
+    counts = _instance_counts(cur, settings)
     out = [replace(cur, instance_count=n) for n in counts]
     if cur.max_batch_size <= 1:
         return out
-    sizes = [p for p in (2, 4, 8, 16, 32, 64, 128) if p <= cur.max_batch_size]
+    reach = obs.population * obs.request_batch if obs.population is not None else cur.max_batch_size
+    sizes = [p for p in (2, 4, 8, 16, 32, 64, 128) if p <= min(cur.max_batch_size, reach)]
     preferred: list[tuple[int, ...]] = [()]
     preferred += [(p,) for p in sizes if p >= 4]
     preferred += [(p // 2, p) for p in sizes if p >= 8]
+    delays = settings.coarse_delays_us if coarse else settings.delays_us
     for n in counts:
-        for delay in settings.delays_us:
+        for delay in delays:
             for pref in preferred:
                 out.append(
                     replace(
@@ -326,7 +464,9 @@ def _confidence(obs: Observation, proposed: BatcherConfig, kind: str) -> float:
     return round(min(max(confidence, 0.05), 0.95), 2)
 
 
-def _observed(obs: Observation, current_sim: Prediction | None) -> Prediction:
+def observed_prediction(obs: Observation, current_sim: Prediction | None) -> Prediction:
+    """The measured figures of ``obs``: its QPS, and Triton's p95 plus the client time
+    when summaries are enabled (else ``current_sim``'s p95)."""
     p95 = (
         obs.server_p95_ms + obs.think_ms
         if obs.server_p95_ms is not None

@@ -15,12 +15,30 @@ class RecommendSettings:
     delays_us: tuple[int, ...] = (0, 100, 250, 500, 1000, 2000, 5000, 10000)
     max_instances: int = 4
     latency_margin: float = 1.10  # without an SLO: p95 may rise at most 10 %
-    min_gain: float = 0.03  # a change must beat the current config by this much
+    min_gain: float = 0.03  # a change must beat the standing config by this much at least
     instance_gain: float = 0.10  # each extra instance must add this much throughput
-    screen_requests: int = 4000  # requests per simulation while screening candidates
-    final_requests: int = 20000  # requests per simulation for the finalists
-    finalists: int = 8
+    # The search, coarse to fine (see ``search``): every (preferred sizes, delay in
+    # ``coarse_delays_us``) at the current instance count is screened on one variant
+    # with ``screen_requests``; the delays next to the best ``refine`` ones and the
+    # neighbouring instance counts of the best ``refine`` follow; ``finalists`` (with
+    # the running and the standing config) get paired runs on every variant and seed.
+    coarse_delays_us: tuple[int, ...] = (0, 500, 2000, 10000)
+    refine: int = 4
+    screen_requests: int = 2000  # requests per simulation while screening candidates
+    final_requests: int = 4000  # requests per simulation for the finalists
+    finalists: int = 5
     seed: int = 1
+    final_seeds: tuple[int, ...] = (1, 2)
+    # Earlier windows (ending this many window lengths before now) the batcher model
+    # is also calibrated on: how far the predicted gain moves between them is part of
+    # its uncertainty (``choice``), so advice does not follow a window's noise.
+    window_offsets: tuple[float, ...] = (0.5, 1.0)
+    calibration_steps: int = 8  # secant steps at most, per calibration
+    calibration_tolerance: float = 0.005  # |log(simulated / observed mean)| accepted
+    # A stored recommendation for the running config is reused as it stands (no
+    # simulation) while every input it was computed from is within this relative
+    # distance of today's (see ``job.reuse_inputs``).
+    reuse_tolerance: float = 0.05
     # Responses of one batch reach their clients together, but clients rarely answer
     # them at once: they share an event loop, a sender thread or a proxy that handles
     # one request at a time, so the next requests come back staggered — which decides
