@@ -1,0 +1,127 @@
+"""A dead server is never shown as up: a real Triton is collected, then killed; once
+its last good scrape is older than the stale horizon, ``status --json`` says it is not
+up and gives no rates. With the collector stopped too, the target is "stale"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.analysis.health import stale_after_s
+from collector.testbed.load import run_load
+from collector.testbed.models import BATCHED_AND_UNBATCHED
+from collector.testbed.server import TritonServer
+
+pytestmark = pytest.mark.integration
+
+INTERVAL_S = 0.5  # stale after stale_after_s(0.5) = 5 s
+
+
+def _status(db_url: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "status", "--db", db_url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    data: dict[str, Any] = json.loads(out.stdout)
+    return data
+
+
+def _poll(db_url: str, check: Callable[[dict[str, Any]], bool], timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    data = _status(db_url)
+    while not check(data):
+        assert time.monotonic() < deadline, json.dumps(data, indent=1)[:3000]
+        time.sleep(0.3)
+        data = _status(db_url)
+    return data
+
+
+def _target(data: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(t for t in data["targets"] if t["target"]["name"] == name)
+
+
+def test_a_killed_triton_is_not_up_and_has_no_rates_after_the_stale_horizon(
+    triton_factory: Callable[..., TritonServer], tmp_path: Path
+) -> None:
+    server = triton_factory(BATCHED_AND_UNBATCHED[:1])
+    model = BATCHED_AND_UNBATCHED[0].name
+    db_url = f"sqlite:///{tmp_path}/stale.db"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
+    env["BATCHSCOPE_BACKOFF_MAX_S"] = "1"
+    log = (tmp_path / "collect.log").open("wb")
+    collector = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "collector.cli",
+            "collect",
+            "--triton",
+            server.http_url,
+            "--metrics-url",
+            server.metrics_url,
+            "--db",
+            db_url,
+            "--interval",
+            str(INTERVAL_S),
+            "--duration",
+            "300",
+            "--sources",
+            "triton",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        run_load(server.grpc_url, model, concurrency=4, duration_s=2.0)
+        live = _poll(
+            db_url,
+            lambda d: any(m["rates"] and m["rates"]["requests_per_s"] > 0 for m in d["models"]),
+            30,
+        )
+        (row,) = live["models"]
+        assert row["up"] is True and row["state"] == "up"
+        target = row["target"]
+
+        killed_at = time.time()
+        server.kill()
+        # The collector runs on: the target is down, and once its last good scrape is
+        # past the horizon its model has no rates, pending count or p95.
+        down = _poll(
+            db_url,
+            lambda d: d["models"][0]["rates"] is None,
+            stale_after_s(INTERVAL_S) + 15,
+        )
+        waited = time.time() - killed_at
+        assert waited >= stale_after_s(INTERVAL_S) - 1.0, waited  # not before the horizon
+        (row,) = down["models"]
+        assert row["up"] is False and row["state"] == "down"
+        assert row["pending_request_count"] is None and row["request_p95_us"] is None
+        assert _target(down, target)["health"]["state"] == "down"
+
+        # Every process stopped: nothing is known of now, the target is stale.
+        collector.send_signal(signal.SIGTERM)
+        collector.wait(timeout=20)
+        stale = _poll(
+            db_url,
+            lambda d: _target(d, target)["health"]["state"] == "stale",
+            stale_after_s(INTERVAL_S) + 15,
+        )
+        assert stale["models"][0]["up"] is False and stale["models"][0]["rates"] is None
+    finally:
+        if collector.poll() is None:
+            collector.kill()
+            collector.wait()
+        log.close()
