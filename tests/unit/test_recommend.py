@@ -60,7 +60,6 @@ def fill(
     batch_mix: dict[int, float],
     cost_ms,
     seconds: int = 30,
-    model: str = "m",
 ) -> None:  # type: ignore[no-untyped-def]
     """One scrape a second of a steady load: ``batch_mix`` is the share of executions at
     each batch size, ``cost_ms(b)`` the execution time."""
@@ -78,7 +77,7 @@ def fill(
             for b, w in sorted(batch_mix.items())
         )
         metrics = ModelMetrics(
-            model=model,
+            model="m",
             version="1",
             request_success=n,
             inference_count=n,
@@ -89,7 +88,7 @@ def fill(
             pending_request_count=qps * request_ms / 1000 * queue_share,
         )
         stats = ModelStats(
-            model=model,
+            model="m",
             version="1",
             inference_count=int(n),
             execution_count=int(e),

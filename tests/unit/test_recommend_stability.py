@@ -10,29 +10,22 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from collector.analysis.configs import (
-    config_changes,
-    effective_batcher,
-    operator_preferred_sizes,
-    preferred_sizes_origin,
-)
 from collector.analysis.detect import DetectorSettings, detectors, read_window
-from collector.analysis.fit import fit_service_time
-from collector.analysis.recommend import (
-    batcher_model,
-    observe_windows,
-    recommend_model,
-    recommendation_figures,
-)
-from collector.analysis.recommend.choice import Estimate, beats, prefer
-from collector.analysis.recommend.search import search
-from collector.analysis.recommend.settings import RecommendSettings
-from collector.records import BatcherConfig, BatchStat, Duration, ModelConfig, Prediction
+from collector.analysis.recommend import recommend_model
+from collector.records import BatcherConfig, ModelConfig, Prediction
 from collector.store import Store
 from tests.unit.test_recommend import T0, config, fill
+
+if TYPE_CHECKING:
+    from collector.analysis.recommend.choice import Estimate
+
+# What is new with this behaviour (the comparison rule, the figures, the reading of
+# Triton's own fields) is imported inside the tests that use it, so that each test
+# fails on its own assertion, not the module on an import, where it is missing.
 
 FIXED_COST = {
     "qps": 900,
@@ -81,11 +74,17 @@ def test_advice_holds_on_calls_fifteen_seconds_apart(store: Store) -> None:
         seen.append(rec)
     assert {r.proposed_config for r in seen} == {seen[0].proposed_config}
     assert all("computed_at" in r.evidence for r in seen[1:])
+    from collector.analysis.recommend import recommendation_figures
+
     gains = {recommendation_figures(r).gain for r in seen}
     assert len(gains) == 1
 
 
 def finals_of(store: Store, now: float) -> tuple[object, list[Estimate]]:
+    from collector.analysis.recommend import batcher_model, observe_windows
+    from collector.analysis.recommend.search import search
+    from collector.analysis.recommend.settings import RecommendSettings
+
     settings = RecommendSettings()
     windows = observe_windows(store, "t", "m", settings=settings, now=now)
     model = batcher_model(windows[0], settings, earlier=windows[1:])
@@ -97,6 +96,8 @@ def finals_of(store: Store, now: float) -> tuple[object, list[Estimate]]:
 def standing_advice(rec: object, proposed: BatcherConfig) -> object:
     """``rec`` as if it had proposed ``proposed`` (computed from other inputs, so it
     is not simply reused)."""
+    from collector.analysis.configs import config_changes
+
     return replace(
         rec,  # type: ignore[type-var]
         proposed_config=proposed,
@@ -108,6 +109,8 @@ def standing_advice(rec: object, proposed: BatcherConfig) -> object:
 def test_a_challenger_within_the_uncertainty_does_not_replace_the_standing_advice(
     store: Store,
 ) -> None:
+    from collector.analysis.recommend.choice import beats
+
     fill(store, cfg=config(batching=True), seconds=60, **FIXED_COST)  # type: ignore[arg-type]
     now = T0 + 61
     fresh = recommend_model(store, "t", "m", now=now)
@@ -131,6 +134,8 @@ def test_a_challenger_within_the_uncertainty_does_not_replace_the_standing_advic
 
 
 def store_fit(store: Store, now: float):  # type: ignore[no-untyped-def]
+    from collector.analysis.recommend import observe_windows
+
     windows = observe_windows(store, "t", "m", now=now)
     return windows[0].fit
 
@@ -150,12 +155,18 @@ def test_a_challenger_beyond_the_uncertainty_replaces_the_standing_advice(
 
 
 def estimate(config: BatcherConfig, qps: list[float], p95: float = 20.0) -> Estimate:
+    from collector.analysis.recommend.choice import Estimate
+
     runs = tuple(Prediction(qps=q, p95_ms=p95, avg_batch_size=8.0) for q in qps)
     mean = Prediction(qps=sum(qps) / len(qps), p95_ms=p95, avg_batch_size=8.0)
     return Estimate(config=config, prediction=mean, runs=runs)
 
 
 def test_ties_go_to_the_standing_then_the_simpler_config() -> None:
+    from collector.analysis.fit import fit_service_time
+    from collector.analysis.recommend.choice import beats, prefer
+    from collector.records import BatchStat, Duration
+
     fit = fit_service_time(
         [
             BatchStat(b, compute_infer=Duration(5000, int(5000e6 * (8 + 0.3 * b))))
@@ -202,6 +213,8 @@ def test_the_probe_says_what_it_does_and_claims_no_gain(store: Store) -> None:
         "enable dynamic batching to measure; no gain predicted until measured"
     )
     assert rec.predicted.qps == rec.current.qps
+    from collector.analysis.recommend import recommendation_figures
+
     figures = recommendation_figures(rec)
     assert figures.gain is None and figures.current_qps == rec.current.qps
     assert "no gain claimed" in figures.text()
@@ -227,6 +240,12 @@ def autofilled(preferred: tuple[int, ...], delay_us: int = 0) -> ModelConfig:
 
 
 def test_triton_s_own_preferred_size_is_not_the_operator_s() -> None:
+    from collector.analysis.configs import (
+        effective_batcher,
+        operator_preferred_sizes,
+        preferred_sizes_origin,
+    )
+
     filled = autofilled((32,))
     assert preferred_sizes_origin(filled) == "auto"
     assert operator_preferred_sizes(filled) == ()
@@ -237,23 +256,28 @@ def test_triton_s_own_preferred_size_is_not_the_operator_s() -> None:
     assert preferred_sizes_origin(autofilled(())) == "none"
 
 
-def test_the_probe_s_batcher_is_not_flagged_below_preferred(store: Store) -> None:
+def test_the_probe_s_batcher_is_not_flagged_below_preferred(tmp_path: Path) -> None:
     """Dynamic batching with no delay, Triton's [32] filled in, eight clients: batches
     of about 4 are the load, not a missed aim. With the operator's own preferred
     [16] the same batches are flagged."""
     settings = DetectorSettings(window_s=30.0, min_samples=3)
+    subjects = {}
     for name, preferred in (("probe", (32,)), ("chosen", (16,))):
-        cfg = replace(autofilled(preferred), model=name)
-        fill(
-            store,
-            cfg=cfg,
-            qps=800,
-            request_ms=10.0,
-            queue_share=0.4,
-            batch_mix={4: 1.0},
-            cost_ms=lambda b: 3.0 + 0.2 * b,
-            model=name,
-        )
-    found = detectors.batch_below_preferred(read_window(store, settings, now=T0 + 31), settings)
-    assert [f.subject for f in found] == ["chosen"]
-    assert math.isclose(found[0].evidence["reference_batch_size"], 16)
+        store = Store(f"sqlite:///{tmp_path}/{name}.db")
+        try:
+            fill(
+                store,
+                cfg=autofilled(preferred),
+                qps=800,
+                request_ms=10.0,
+                queue_share=0.4,
+                batch_mix={4: 1.0},
+                cost_ms=lambda b: 3.0 + 0.2 * b,
+            )
+            window = read_window(store, settings, now=T0 + 31)
+            subjects[name] = detectors.batch_below_preferred(window, settings)
+        finally:
+            store.close()
+    assert subjects["probe"] == []
+    [chosen] = subjects["chosen"]
+    assert math.isclose(chosen.evidence["reference_batch_size"], 16)
