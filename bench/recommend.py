@@ -61,6 +61,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -102,6 +103,8 @@ STRICT_SLO_P95_MS: dict[int, float] = {8: 24.0, 16: 30.0, 32: 40.0}
 
 # The objective without an SLO: never worse than the baseline p95 by more than 10 %.
 P95_TOLERANCE = 1.10
+# A `batchscope recommend` call may take this long at most (the whole command).
+_CLI_LIMIT_S = 3.0
 # "Not worse than baseline" allows this much QPS noise between two measurements.
 QPS_NOISE = 0.95
 # A measurement during which other processes used this many cores, or the hypervisor
@@ -324,6 +327,15 @@ class Row:
     recommended_batcher: BatcherConfig | None = None
     confirm_recommended: list[Measure] = field(default_factory=list)
     confirm_best: list[Measure] = field(default_factory=list)
+    # `batchscope recommend` called repeatedly after the final recommendation: the
+    # seconds each call took (the whole command) and the advice each gave.
+    cli_call_s: list[float] = field(default_factory=list)
+    cli_advice: list[str] = field(default_factory=list)
+
+    @property
+    def cli_advice_held(self) -> bool | None:
+        """Whether every repeated call gave the same advice (None: not called)."""
+        return len(set(self.cli_advice)) == 1 if self.cli_advice else None
 
     @property
     def ratio(self) -> float | None:
@@ -389,6 +401,7 @@ class Row:
             "gain",
             "recommended_meets_objective",
             "not_worse_than_baseline",
+            "cli_advice_held",
         ):
             data[name] = getattr(self, name)
         return data
@@ -449,6 +462,8 @@ class Options:
     sweep_only: bool
     json_path: str | None
     keep_stores: str | None = None
+    cli_calls: int = 0  # `batchscope recommend` calls after the final recommendation
+    cli_gap_s: float = 3.0  # between those calls, under the same load
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -509,6 +524,22 @@ def _build_parser() -> argparse.ArgumentParser:
         "cannot bias (default 2; 0 with --quick)",
     )
     parser.add_argument(
+        "--cli-calls",
+        type=int,
+        default=3,
+        metavar="N",
+        help="after the final recommendation, call `batchscope recommend` N times on "
+        "the same store under the same load, for its per-call latency and whether the "
+        "advice holds (default 3; 0 skips)",
+    )
+    parser.add_argument(
+        "--cli-gap",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds between those calls (default 15; 3 with --quick)",
+    )
+    parser.add_argument(
         "--sweep-only", action="store_true", help="baseline and sweep only, without the recommender"
     )
     parser.add_argument(
@@ -553,6 +584,8 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         or args.warmup_seconds < 0
         or args.probe_rounds < 0
         or confirm < 0
+        or args.cli_calls < 0
+        or (args.cli_gap is not None and args.cli_gap < 0)
     ):
         parser.error(
             "--seconds and --sweep-seconds must be > 0, --observe-seconds > 2, the others >= 0"
@@ -573,6 +606,8 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         sweep_only=args.sweep_only,
         json_path=args.json_path,
         keep_stores=args.keep_stores,
+        cli_calls=args.cli_calls,
+        cli_gap_s=args.cli_gap if args.cli_gap is not None else (3.0 if args.quick else 15.0),
     )
 
 
@@ -781,10 +816,43 @@ class Bench:
                     probes += 1
                     self.apply(rec)
                 row.time_to_recommendation_s = time.monotonic() - t0
+                if rec is not None and opts.cli_calls:
+                    self.cli_calls(row, settings.db_url, window)
             finally:
                 service.shutdown()
                 store.close()
         return rec
+
+    def cli_calls(self, row: Row, db_url: str, window_s: float) -> None:
+        """``batchscope recommend`` run ``cli_calls`` times, ``cli_gap_s`` apart, on the
+        store the collector still fills, under the same load: each call's wall time
+        (a fresh process, as a user runs it) and its advice, into ``row``."""
+        opts = self.options
+        # One unbroken run of the load (a restart would show in the window as a dip),
+        # long enough for every call at the slowest the calls are allowed to be.
+        span = opts.cli_calls * (opts.cli_gap_s + _CLI_LIMIT_S)
+        load = threading.Thread(
+            target=run_load,
+            args=(self.server.grpc_url, self.case.model),
+            kwargs={"concurrency": row.concurrency, "duration_s": span},
+            daemon=True,
+        )
+        load.start()
+        command = [sys.executable, "-m", "collector.cli", "recommend", "--db", db_url]
+        command += ["--model", self.case.model, "--window", f"{window_s:g}", "--json"]
+        if row.slo_p95_ms is not None:
+            command += ["--slo-p95-ms", f"{row.slo_p95_ms:g}"]
+        try:
+            for i in range(opts.cli_calls):
+                if i:
+                    time.sleep(opts.cli_gap_s)  # the spacing itself is what is measured
+                t0 = time.monotonic()
+                out = subprocess.run(command, capture_output=True, text=True, timeout=120)
+                row.cli_call_s.append(time.monotonic() - t0)
+                row.cli_advice.append(_cli_advice(out))
+                _log(f"    cli call {i + 1}: {row.cli_call_s[-1]:.2f} s -> {row.cli_advice[-1]}")
+        finally:
+            load.join()
 
     def apply(self, rec: Recommendation) -> bool:
         """Load ``rec``'s config when it differs from the loaded one; True if it did."""
@@ -840,6 +908,18 @@ def fill_sweep(row: Row, sweep: Sweep) -> None:
     for p in points:
         if p.config == row.recommended_config:
             row.sweep_of_recommended = p.measure
+
+
+def _cli_advice(out: subprocess.CompletedProcess[str]) -> str:
+    """The advice of one ``recommend --json`` run: its kind and changes, or why none."""
+    if out.returncode != 0:
+        return f"exit {out.returncode}"
+    recs = json.loads(out.stdout).get("recommendations") or []
+    if not recs:
+        return "none"
+    rec = recs[0]
+    changes = ", ".join(f"{c['field']}={c['to']}" for c in rec["changes"]) or "keep"
+    return f"{rec['kind']}: {changes}"
 
 
 def run_case(
@@ -984,6 +1064,23 @@ def evaluate(rows: list[Row], options: Options) -> list[Target]:
             "every row",
         ),
     ]
+    called = [r for r in rows if r.cli_call_s]
+    if called:
+        slowest = max(t for r in called for t in r.cli_call_s)
+        targets.append(
+            verdict(
+                f"`recommend` CLI <= {_CLI_LIMIT_S:g} s per call",
+                where(lambda r: bool(r.cli_call_s) and max(r.cli_call_s) > _CLI_LIMIT_S),
+                f"slowest {slowest:.2f} s",
+            )
+        )
+        targets.append(
+            verdict(
+                "`recommend` gives the same advice on repeated calls",
+                where(lambda r: r.cli_advice_held is False),
+                f"{sum(len(r.cli_advice) for r in called)} calls over {len(called)} rows",
+            )
+        )
     a32 = [r for r in rows if r.case == "a" and r.concurrency == 32]
     if a32 and a32[0].gain is not None:
         gain = a32[0].gain
@@ -1007,6 +1104,18 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _cli_times(row: Row) -> str:
+    """``mean/max`` seconds of the repeated CLI calls, or ``-``."""
+    if not row.cli_call_s:
+        return "-"
+    mean = sum(row.cli_call_s) / len(row.cli_call_s)
+    return f"{mean:.1f}/{max(row.cli_call_s):.1f}"
+
+
+def _yes_no(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "NO")
+
+
 def _case_table(report: BenchReport, key: str, paired: bool) -> list[str]:
     """One case's heading and its row per concurrency (nothing when it has no rows)."""
     case = CASES[key]
@@ -1017,7 +1126,8 @@ def _case_table(report: BenchReport, key: str, paired: bool) -> list[str]:
         f"{'c':>3}  {'baseline':>11}  {'recommended':<17} {'rec QPS/p95':>11}  "
         f"{'sweep-best':<17} {'best QPS/p95':>12}  {'ratio':>5}  "
         + (f"{'paired':>6}  " if paired else "")
-        + f"{'QPS err':>7}  {'p95 err':>7}  {'t_rec s':>7}  {'sweep s':>7}"
+        + f"{'QPS err':>7}  {'p95 err':>7}  {'t_rec s':>7}  {'sweep s':>7}  "
+        f"{'cli s':>11}  {'held':>4}"
     )
     lines: list[str] = []
     slos = ", ".join(
@@ -1047,7 +1157,8 @@ def _case_table(report: BenchReport, key: str, paired: bool) -> list[str]:
             + (f"{_num(r.paired_ratio, '.2f'):>6}  " if paired else "")
             + f"{_pct(r.qps_error):>7}  {_pct(r.p95_error):>7}  "
             f"{_num(r.time_to_recommendation_s, '.1f'):>7}  "
-            f"{_num(r.sweep_wall_s, '.0f'):>7}"
+            f"{_num(r.sweep_wall_s, '.0f'):>7}  "
+            f"{_cli_times(r):>11}  {_yes_no(r.cli_advice_held):>4}"
         )
     lines.append("")
     return lines
@@ -1069,6 +1180,10 @@ def _report_footer(report: BenchReport, paired: bool) -> list[str]:
     lines.append(
         "t_rec: first observation to final recommendation; sweep s: reload + "
         "warm-up + run over every grid config at that concurrency."
+    )
+    lines.append(
+        "cli s: mean/max wall time of each repeated `batchscope recommend` call (a fresh "
+        "process) after the final recommendation; held: every call gave the same advice."
     )
     lines.append("")
     lines.append("Targets:")

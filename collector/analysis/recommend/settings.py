@@ -26,9 +26,9 @@ class RecommendSettings:
     refine: int = 4
     screen_requests: int = 2000  # requests per simulation while screening candidates
     final_requests: int = 4000  # requests per simulation for the finalists
-    finalists: int = 5
+    finalists: int = 4
     seed: int = 1
-    final_seeds: tuple[int, ...] = (1, 2)
+    final_seeds: tuple[int, ...] = (1,)
     # Earlier windows (ending this many window lengths before now) the batcher model
     # is also calibrated on: how far the predicted gain moves between them is part of
     # its uncertainty (``choice``), so advice does not follow a window's noise.
