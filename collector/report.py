@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from collector.analysis.health import HealthState
+from collector.analysis.recommend.figures import recommendation_figures
 from collector.analysis.status import StatusReport, TargetStatus
 from collector.records import Recommendation
 
@@ -237,9 +238,11 @@ def render_recommendation(rec: Recommendation) -> str:
         lines += [f"  {c}" for c in rec.changes]
     else:
         lines.append("  no change")
-    lines.append(f"  current:   {rec.current.qps:8.1f} QPS  p95 {_cell(rec.current.p95_ms)} ms")
+    figures = recommendation_figures(rec)  # the one current figure and gain
+    lines.append(f"  current:   {figures.current_qps:8.1f} QPS  p95 {_cell(rec.current.p95_ms)} ms")
     lines.append(
-        f"  predicted: {rec.predicted.qps:8.1f} QPS  p95 {_cell(rec.predicted.p95_ms)} ms"
+        f"  predicted: {figures.predicted_qps:8.1f} QPS  p95 {_cell(rec.predicted.p95_ms)} ms"
+        + f"  ({figures.text()})"
         + (f"  (objective p95 ≤ {rec.slo_p95_ms:g} ms)" if rec.slo_p95_ms else "")
     )
     lines.append(f"  why: {rec.reason}")
