@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.analysis.health import HealthState, target_health, target_healths
+from collector.analysis import health
 from collector.analysis.status import build_status
 from collector.config import Settings
 from collector.errors import CollectError
@@ -40,35 +40,37 @@ def _state(
 def test_a_target_is_up_only_while_its_last_good_scrape_is_fresh() -> None:
     fresh = _state()
     # One-second interval: stale after the five-second floor.
-    assert target_health(fresh, T0 + 4.9, collector_runs=True).state is HealthState.UP
-    late = target_health(fresh, T0 + 5.1, collector_runs=True)
-    assert late.state is HealthState.DOWN and not late.up
+    assert health.target_health(fresh, T0 + 4.9, collector_runs=True).state is health.HealthState.UP
+    late = health.target_health(fresh, T0 + 5.1, collector_runs=True)
+    assert late.state is health.HealthState.DOWN and not late.up
     assert "no successful scrape for 5 s" in late.reason
     # Ten-second interval: three intervals.
     slow = _state(interval=10.0)
-    assert target_health(slow, T0 + 29, collector_runs=True).state is HealthState.UP
-    assert target_health(slow, T0 + 31, collector_runs=True).state is HealthState.DOWN
+    assert health.target_health(slow, T0 + 29, collector_runs=True).state is health.HealthState.UP
+    assert health.target_health(slow, T0 + 31, collector_runs=True).state is health.HealthState.DOWN
 
 
 def test_a_failed_latest_scrape_is_down_and_never_scraped_is_unknown() -> None:
     failed = _state(up=False, seen=T0 - 1, scraped=T0)
-    assert target_health(failed, T0 + 1, collector_runs=True).state is HealthState.DOWN
+    assert (
+        health.target_health(failed, T0 + 1, collector_runs=True).state is health.HealthState.DOWN
+    )
     never = _state(up=None, seen=None, scraped=None)
-    assert target_health(never, T0, collector_runs=True).state is HealthState.UNKNOWN
+    assert health.target_health(never, T0, collector_runs=True).state is health.HealthState.UNKNOWN
 
 
 def test_with_no_collector_running_every_target_is_stale_not_up() -> None:
     # Both targets were last scraped 157 s ago, the newest of them up: nothing runs.
     a, b = _state(), _state(up=False, seen=T0 - 30)
-    healths = target_healths([a, b], T0 + 157)
-    assert [h.state for h in healths] == [HealthState.STALE, HealthState.STALE]
+    healths = health.target_healths([a, b], T0 + 157)
+    assert [h.state for h in healths] == [health.HealthState.STALE, health.HealthState.STALE]
     assert "no collector has scraped it for 3 min" in healths[0].reason
     assert healths[0].last_seen_at == T0
     # While another target is scraped, the old one is down instead.
     live = _state(seen=T0 + 156, scraped=T0 + 156)
-    assert [h.state for h in target_healths([a, live], T0 + 157)] == [
-        HealthState.DOWN,
-        HealthState.UP,
+    assert [h.state for h in health.target_healths([a, live], T0 + 157)] == [
+        health.HealthState.DOWN,
+        health.HealthState.UP,
     ]
 
 
@@ -102,8 +104,8 @@ def test_the_store_keeps_the_interval_a_target_is_scraped_at(store: Store) -> No
     _scrape(store, T0)
     (state,) = store.targets()
     assert state.interval_s == 0.5
-    assert target_healths([state], T0 + 4)[0].up
-    assert not target_healths([state], T0 + 6)[0].up
+    assert health.target_healths([state], T0 + 4)[0].up
+    assert not health.target_healths([state], T0 + 6)[0].up
 
 
 def test_the_failures_in_a_row_start_from_zero_in_a_new_run(store: Store) -> None:
@@ -138,7 +140,7 @@ def test_a_collector_run_counts_its_source_failures_from_zero(store: Store, tmp_
             service._health[("nvml", "host-a")].next_attempt_at = 0.0  # no backoff wait
         (state,) = store.targets()
         assert state.consecutive_failures == 3, f"run {run}"
-        assert state.interval_s == 0.5
+    assert state.interval_s == 0.5
 
 
 # --------------------------------------------------------------------------- status
@@ -181,8 +183,7 @@ def _seed_until(store: Store, last: float) -> None:
         duration_s=0.01,
         error_kind=None,
         error=None,
-        interval_s=5.0,
-    )
+    )  # no interval kept: the default five seconds
 
 
 def test_the_status_window_ends_now_not_at_the_newest_sample(store: Store) -> None:
@@ -191,7 +192,7 @@ def test_the_status_window_ends_now_not_at_the_newest_sample(store: Store) -> No
     # 30 s window is [T0+80, T0+110]: only the 40/s part.
     report = build_status(store, window_s=30.0, now=T0 + 110)
     (m,) = report.models
-    assert m.up and m.state == "up" and m.rates is not None
+    assert m.up and m.rates is not None
     assert m.rates.requests_per_s == pytest.approx(40.0)
 
 
@@ -199,11 +200,12 @@ def test_a_series_without_a_fresh_sample_has_no_rates_and_is_not_up(store: Store
     _seed_until(store, T0 + 100)
     report = build_status(store, window_s=60.0, now=T0 + 100 + 157)
     (m,) = report.models
-    assert not m.up and m.state == "stale"  # nothing scraped any target since
+    assert not m.up
     assert (m.rates, m.pending_request_count) == (None, None)
     assert report.devices == [] and report.processes == []
+    assert m.state == "stale"  # nothing scraped any target since
     (target,) = report.targets
-    assert target.health.state is HealthState.STALE
+    assert target.health.state is health.HealthState.STALE
     document = report.to_json_dict()
     assert document["models"][0]["up"] is False  # type: ignore[index]
     assert document["models"][0]["rates"] is None  # type: ignore[index]

@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.analysis.health import HealthState
 from collector.records import HostFacts
 from collector.store import Store
 from collector.synthetic import Load, model_config, scrape_ok, steady_load
 from dashboard import components
-from dashboard.components.overview import NO_GPU_TEXT, host_notes
 from dashboard.queries import DashboardQueries
 
 T0 = 1_000_000.0
@@ -63,18 +61,20 @@ def test_a_live_target_shows_its_figures(store: Store) -> None:
 
 def test_a_target_not_scraped_lately_is_greyed_without_live_figures(store: Store) -> None:
     now = T0 + 60 + 157
+    cls, texts = _row(store, now)
+    assert "50.0" not in texts
+    assert "row-not-live" in cls and "stale" in texts
     data = DashboardQueries(store, clock=lambda: now).overview(window_s=60.0)
-    (tile,) = data.targets
-    assert tile.now is HealthState.STALE
-    assert data.stale and any("not live" in m for m in components.overview_messages(data))
     summary = " ".join(_texts(components.overview_summary(data)))
     assert "0/1" in summary
-    cls, texts = _row(store, now)
-    assert "row-not-live" in cls and "stale" in texts
-    assert "50.0" not in texts
+    (tile,) = data.targets
+    assert tile.now == "stale"
+    assert data.stale and any("not live" in m for m in components.overview_messages(data))
 
 
 def test_a_host_without_nvidia_gpu_is_up_with_one_quiet_note(store: Store) -> None:
+    from dashboard.components.overview import NO_GPU_TEXT, host_notes
+
     for at in (T0 + 59, T0 + 60):
         store.write_host_facts(
             "cpu-vm",

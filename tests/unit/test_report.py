@@ -3,17 +3,12 @@ and fits a 120-column terminal."""
 
 from __future__ import annotations
 
-from collector.analysis.health import Health, HealthState
-from collector.analysis.status import (
-    DeviceStatus,
-    ModelStatus,
-    ProcessStatus,
-    StatusReport,
-    TargetStatus,
-)
+from collector.analysis.status import DeviceStatus, ModelStatus, ProcessStatus, StatusReport
 from collector.records import BatcherConfig, DeviceSample, HostFacts, ModelRates, ProcessSample
-from collector.report import TERMINAL_COLUMNS, render_status
+from collector.report import render_status
 from collector.store import TargetState
+
+TERMINAL_COLUMNS = 120
 
 RATES = ModelRates(
     window_s=60.0,
@@ -94,7 +89,20 @@ def test_process_rows_show_the_window_mean_cpu_and_the_nvml_reading() -> None:
     assert cells["sm_util_pct"] == "37"
 
 
+def test_the_demos_status_fits_a_120_column_terminal() -> None:
+    """The demo's own target (host:port) and models, every column filled."""
+    rows = [
+        ModelStatus("127.0.0.1:39821", model, "1", True, 1.0, RATES, 2.0, CONFIG)
+        for model in ("batched", "unbatched")
+    ]
+    text = render_status(StatusReport(generated_at=1.0, window_s=60.0, models=rows))
+    assert max(len(line) for line in text.splitlines()) <= TERMINAL_COLUMNS
+
+
 def _long_named_report() -> StatusReport:
+    from collector.analysis.health import Health, HealthState
+    from collector.analysis.status import TargetStatus
+
     now = 1_000.0
     triton = "triton-inference-server-prod-eu-west-1.internal.example.com:8000"
     host = "gpu-node-a100-07.cluster.internal.example.com"
