@@ -281,3 +281,15 @@ def test_the_probe_s_batcher_is_not_flagged_below_preferred(tmp_path: Path) -> N
     assert subjects["probe"] == []
     [chosen] = subjects["chosen"]
     assert math.isclose(chosen.evidence["reference_batch_size"], 16)
+
+
+def test_a_standing_config_keeps_an_objective_its_p95_wavers_around() -> None:
+    from collector.analysis.recommend.choice import Estimate, meets
+
+    config = BatcherConfig(max_batch_size=32, dynamic_batching=True)
+    runs = tuple(Prediction(qps=900.0, p95_ms=p) for p in (29.0, 31.5, 30.5, 29.5))
+    wavering = Estimate(config=config, prediction=Prediction(qps=900.0, p95_ms=30.4), runs=runs)
+    assert not meets(wavering, 30.0)
+    assert meets(wavering, 30.0, standing=True)
+    # ... but not one clearly above it.
+    assert not meets(wavering, 25.0, standing=True)

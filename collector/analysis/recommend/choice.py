@@ -19,7 +19,9 @@ two configs compare run by run. The *uncertainty* of a predicted gain of ``a`` o
   measured cost curve leaves the relative cost of the two batch sizes.
 
 ``a`` beats ``b`` only when its predicted gain exceeds ``GAIN_Z`` (≈95 %) times that
-uncertainty, and at least ``min_gain``. Otherwise the two are tied, and ties go to the
+uncertainty, and at least ``min_gain``. Likewise a standing config keeps meeting the
+p95 objective while its predicted p95 is above it by less than its own spread
+(``meets``). Otherwise the two are tied, and ties go to the
 *standing* config (the one now running, then the recommendation already stored),
 then to the simpler one: fewer instances, fewer preferred sizes, smaller delay.
 """
@@ -40,6 +42,7 @@ __all__ = [
     "beats",
     "gain_uncertainty",
     "log_gain",
+    "meets",
     "prefer",
     "simplicity",
 ]
@@ -104,6 +107,20 @@ def beats(a: Estimate, b: Estimate, fit: ServiceTimeFit | None, *, min_gain: flo
     gain = log_gain(a, b)
     needed = max(GAIN_Z * gain_uncertainty(a, b, fit), math.log1p(min_gain))
     return gain > needed
+
+
+def meets(e: Estimate, limit_ms: float, *, standing: bool = False) -> bool:
+    """Whether ``e``'s predicted p95 meets ``limit_ms``. A standing config keeps
+    meeting it while its p95 is within the uncertainty of the limit (``GAIN_Z`` times
+    the spread of ``log p95`` across its runs): a p95 that wavers around the
+    objective from one window to the next does not make the advice flip."""
+    if e.p95_ms <= limit_ms:
+        return True
+    if not standing:
+        return False
+    logs = [math.log(p.p95_ms) for p in e.runs + e.window_runs if p.p95_ms and p.p95_ms > 0]
+    spread = statistics.stdev(logs) if len(logs) > 1 else 0.0
+    return math.log(e.p95_ms / limit_ms) <= GAIN_Z * spread
 
 
 def simplicity(config: BatcherConfig) -> tuple[int, int, int, bool]:

@@ -22,6 +22,7 @@ from collector.analysis.recommend.choice import (
     GAIN_Z,
     Estimate,
     gain_uncertainty,
+    meets,
     prefer,
     simplicity,
 )
@@ -282,11 +283,11 @@ def search(
     if standing is not None and standing not in (cur, *finalists) and _feasible(standing, obs):
         finalists.append(standing)
     finals = (current, *(_estimate(model, c, settings) for c in finalists))
-    meeting = [e for e in finals if e.p95_ms <= limit]
+    order = [cur] + ([standing] if standing is not None else [])
+    meeting = [e for e in finals if meets(e, limit, standing=e.config in order)]
     if meeting:
         top = _most_throughput(meeting, settings)
         options = [e for e in meeting if e.config.instance_count <= top.config.instance_count]
-        order = [cur] + ([standing] if standing is not None else [])
         chosen = prefer(
             top, options, model.observation.fit, standing=order, min_gain=settings.min_gain
         )
