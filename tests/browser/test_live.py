@@ -52,7 +52,8 @@ class Live:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     """A real collection: 12 s of load on both models, scraped every 0.5 s, then the
-    detectors and the recommender over the store."""
+    detectors and the recommender over the store. The collector keeps running until
+    the module's last test (the UI shows only fresh readings as live)."""
     root = tmp_path_factory.mktemp("live")
     server = TritonServer(
         (*MODELS, HOSTILE_SPEC),
@@ -83,12 +84,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             for t in runs:
                 t.join()
             ended = time.time()
+            quick = detector_settings({"window_s": 10.0, "sustain": 1, "clear_after": 1})
+            run_detectors(store, quick, now=ended)
+            recommender_job(window_s=10.0)(store, ended)
+            yield Live(server=server, target=target, store=store)
         finally:
             service.shutdown()
-        quick = detector_settings({"window_s": 10.0, "sustain": 1, "clear_after": 1})
-        run_detectors(store, quick, now=ended)
-        recommender_job(window_s=10.0)(store, ended)
-        yield Live(server=server, target=target, store=store)
         store.close()
     finally:
         server.close()
@@ -156,6 +157,19 @@ def test_overview_lists_both_models_from_the_real_collection(
     app,
     screenshot,
 ) -> None:
+    # Traffic in the overview's window: its rows show live figures only.
+    runs = [
+        threading.Thread(
+            target=run_load,
+            args=(live.server.grpc_url, name),
+            kwargs={"concurrency": 16, "duration_s": 3.0},
+        )
+        for name in ("batched", "unbatched")
+    ]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
     dash_duo.start_server(app, navigate=False)
     _sign_in(dash_duo, VIEWER_PASSWORD)
     dash_duo.wait_for_contains_text(f"#{ids.Overview.MODELS}", "unbatched", timeout=30)
