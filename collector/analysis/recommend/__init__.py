@@ -26,13 +26,14 @@
    run paired on every variant and seed) and keep the one with the most throughput
    whose p95 meets the objective: ``slo_p95_ms`` when given, else at most 10 % above
    the current config's p95.
-5. **Hold still** (``choice``): a config replaces the standing one (the one running,
-   then the recommendation already stored for it) only when its predicted gain
-   exceeds the uncertainty of that gain — the spread of paired runs across variants,
-   seeds and earlier windows, and the fit's standard error; ties go to the standing
-   config, then to the simpler one. The stored recommendation is reused without any
-   simulation while its inputs still hold (``cache``), and only fresh samples are
-   advised on (``observe``). Seeds are fixed: the same inputs give the same advice.
+5. **Hold still** (``choice``): a config replaces the standing one (the
+   recommendation already stored for the running config, else the running one) only
+   when its predicted gain exceeds the uncertainty of that gain — the spread of
+   paired runs across variants, seeds and earlier windows, and the fit's standard
+   error; ties go to the standing config, then to the simpler one. The stored
+   recommendation is reused without any simulation while its inputs still hold
+   (``cache``), and only fresh samples are advised on (``observe``). Seeds are
+   fixed: the same inputs give the same advice.
 
 Predictions are for the observed load, as a client would see them: for closed loops
 the simulated client-side latency of each request (server time plus its own client

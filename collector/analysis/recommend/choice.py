@@ -23,7 +23,10 @@ uncertainty, and at least ``min_gain``. Likewise a standing config keeps meeting
 p95 objective while its predicted p95 is above it by less than its own spread
 (``meets``). Otherwise the two are tied, and ties go to the
 *standing* config (the one now running, then the recommendation already stored),
-then to the simpler one: fewer instances, fewer preferred sizes, smaller delay.
+then to the simpler one: fewer instances, fewer preferred sizes, smaller delay. The
+standing advice is the recommendation already stored for the running config when
+there is one (it was chosen over the running config, and stays chosen until a
+challenger, the running config included, beats it), else the running config.
 """
 
 from __future__ import annotations

@@ -43,8 +43,8 @@ def recommend_from_observation(
     earlier: Sequence[Observation] = (),
 ) -> Recommendation:
     """The best config for the observed load (see the package docstring); ties go to
-    the running config, then to ``standing`` (the recommendation already stored for
-    it), then to the simpler one (``choice``). ``earlier`` are windows of the same
+    ``standing`` (the recommendation already stored for the running config), then to
+    the running config, then to the simpler one (``choice``). ``earlier`` are windows of the same
     config before ``obs``'s (``observe_windows``), for the uncertainty of a gain."""
     draft = _Draft(
         obs,
@@ -283,7 +283,8 @@ def search(
     if standing is not None and standing not in (cur, *finalists) and _feasible(standing, obs):
         finalists.append(standing)
     finals = (current, *(_estimate(model, c, settings) for c in finalists))
-    order = [cur] + ([standing] if standing is not None else [])
+    # The standing advice first: the stored recommendation, else the running config.
+    order = ([standing] if standing is not None else []) + [cur]
     meeting = [e for e in finals if meets(e, limit, standing=e.config in order)]
     if meeting:
         top = _most_throughput(meeting, settings)
