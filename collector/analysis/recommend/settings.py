@@ -24,9 +24,9 @@ class RecommendSettings:
     # the running and the standing config) get paired runs on every variant and seed.
     coarse_delays_us: tuple[int, ...] = (0, 500, 2000, 10000)
     refine: int = 4
-    screen_requests: int = 2000  # requests per simulation while screening candidates
-    final_requests: int = 4000  # requests per simulation for the finalists
-    finalists: int = 4
+    screen_requests: int = 1500  # requests per simulation while screening candidates
+    final_requests: int = 3000  # requests per simulation for the finalists
+    finalists: int = 3
     seed: int = 1
     final_seeds: tuple[int, ...] = (1,)
     # Earlier windows (ending this many window lengths before now) the batcher model
