@@ -850,7 +850,10 @@ class Bench:
                 out = subprocess.run(command, capture_output=True, text=True, timeout=120)
                 row.cli_call_s.append(time.monotonic() - t0)
                 row.cli_advice.append(_cli_advice(out))
-                _log(f"    cli call {i + 1}: {row.cli_call_s[-1]:.2f} s -> {row.cli_advice[-1]}")
+                _log(
+                    f"    cli call {i + 1}: {row.cli_call_s[-1]:.2f} s -> {row.cli_advice[-1]}"
+                    f"{_cli_basis(out)}"
+                )
         finally:
             load.join()
 
@@ -920,6 +923,22 @@ def _cli_advice(out: subprocess.CompletedProcess[str]) -> str:
     rec = recs[0]
     changes = ", ".join(f"{c['field']}={c['to']}" for c in rec["changes"]) or "keep"
     return f"{rec['kind']}: {changes}"
+
+
+def _cli_basis(out: subprocess.CompletedProcess[str]) -> str:
+    """What one ``recommend --json`` answer rests on: its predicted gain and that gain's
+    uncertainty, the standing config it was held against, and whether it was reused."""
+    try:
+        evidence = (json.loads(out.stdout).get("recommendations") or [{}])[0].get("evidence")
+    except ValueError:
+        return ""
+    if not evidence:
+        return ""
+    gain, spread = evidence.get("predicted_gain"), evidence.get("gain_uncertainty")
+    return (
+        f" (gain {_num(gain, '.2f')}x ±{_pct(spread)}, standing {evidence.get('standing')}, "
+        f"{'reused' if 'computed_at' in evidence else 'computed'})"
+    )
 
 
 def run_case(
