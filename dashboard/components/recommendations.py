@@ -15,9 +15,8 @@ from dashboard.queries import RecommendationView, StoredRecommendation, WhatIfVi
 
 
 def _current_vs_predicted(view: RecommendationView) -> Any:
-    """Current (the view's one current figure) and predicted QPS and p95."""
-    rec = view.stored.recommendation
-    rows = [("current", view.current), ("predicted", rec.predicted)]
+    """The view's one current and one predicted figure: QPS and p95."""
+    rows = [("current", view.current), ("predicted", view.predicted)]
     return html.Table(
         [
             html.Thead(html.Tr([html.Th(""), html.Th("QPS"), html.Th("p95")])),

@@ -12,6 +12,7 @@ from typing import Final
 from collector.analysis.configs import render_pbtxt
 from collector.analysis.fit import fit_service_time
 from collector.analysis.rates import batch_stats_increase, sum_batch_stats, window_batch_stats
+from collector.analysis.recommend import recommendation_figures
 from collector.records import BatchStat, Duration, ModelSample, Prediction, Recommendation
 from collector.store import Store, StoredFinding, StoredRecommendation
 from dashboard.queries.views import (
@@ -24,12 +25,12 @@ from dashboard.queries.views import (
 
 __all__ = [
     "by_version",
-    "current_figure",
     "distribution_edges",
     "distribution_pairwise",
     "latest_recommendation",
     "recommendation_view",
     "service_time",
+    "shown_figures",
     "worst_open_severity",
 ]
 
@@ -121,10 +122,16 @@ def latest_recommendation(store: Store, target: str, model: str) -> Recommendati
     return recommendation_view(stored[-1])
 
 
-def current_figure(rec: Recommendation) -> Prediction:
-    """The one "current" throughput and p95 a page shows beside a recommendation: its
-    table, its gain and the what-if's "now" all derive from this value."""
-    return rec.current
+def shown_figures(rec: Recommendation) -> tuple[Prediction, Prediction, float | None]:
+    """The one current and one predicted throughput (with p95) a page shows beside
+    ``rec``, and the gain between them: the recommender's figures
+    (``recommendation_figures``), so the page, the CLI and the reason agree."""
+    figures = recommendation_figures(rec)
+    return (
+        Prediction(qps=figures.current_qps, p95_ms=rec.current.p95_ms),
+        Prediction(qps=figures.predicted_qps, p95_ms=rec.predicted.p95_ms),
+        figures.gain,
+    )
 
 
 def recommendation_view(
@@ -133,13 +140,16 @@ def recommendation_view(
     """``stored`` as the pages show it; ``severity``: its model's most severe open
     finding."""
     rec = stored.recommendation
+    current, predicted, gain = shown_figures(rec)
     return RecommendationView(
         stored=stored,
         changes=[[c.field, str(c.before), str(c.after)] for c in rec.changes],
         current_pbtxt=render_pbtxt(
             rec.current_config, instance_kind=_instance_kind(rec.config_json)
         ),
-        current=current_figure(rec),
+        current=current,
+        predicted=predicted,
+        gain=gain,
         severity=severity,
     )
 

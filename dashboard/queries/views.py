@@ -204,20 +204,14 @@ class RecommendationView:
     stored: StoredRecommendation
     changes: list[list[str]] = field(default_factory=list)
     current_pbtxt: str = ""
-    #: The one "current" figure every number on a page is judged against (see
-    #: ``dashboard.queries.model.current_figure``); ``None`` when not measured.
+    #: The one current and one predicted figure a page shows for it, and the gain
+    #: between them (``None``: no gain claimed), all from
+    #: ``dashboard.queries.model.shown_figures``.
     current: Prediction | None = None
+    predicted: Prediction | None = None
+    gain: float | None = None
     #: The most severe open finding of the model (``None``: it has none).
     severity: str | None = None
-
-    @property
-    def gain(self) -> float | None:
-        """Predicted over current throughput, from ``current``; ``None`` when either
-        is unknown."""
-        predicted = self.stored.recommendation.predicted.qps
-        if self.current is None or not self.current.qps or not predicted:
-            return None
-        return predicted / self.current.qps
 
 
 @dataclass(frozen=True)

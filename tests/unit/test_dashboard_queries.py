@@ -425,12 +425,33 @@ def test_recommendations_start_with_the_model_of_the_most_severe_finding(
 def test_a_recommendation_has_one_current_figure_and_its_gain_from_it(
     seeded: Store, store: Store
 ) -> None:
+    current = BatcherConfig.from_model_config(BATCHED)
+    store.add_recommendation(
+        Recommendation(
+            target="t",
+            model="batched",
+            created_at=T0,
+            kind="tune",
+            changes=(),
+            current_config=current,
+            proposed_config=current,
+            current=Prediction(qps=200.0, p95_ms=30.0),
+            predicted=Prediction(qps=236.0, p95_ms=31.0),
+            confidence=0.7,
+            reason="r",
+            config_pbtxt="",
+        )
+    )
+    view = queries(seeded).latest_recommendation("t", "batched")
+    assert view is not None and view.current is not None and view.predicted is not None
+    assert (view.current.qps, view.current.p95_ms) == (200.0, 30.0)
+    assert view.predicted.qps == 236.0 and view.gain == pytest.approx(1.18)
+    assert from_json(type(view), to_json(view)) == view
+    # A probe claims no gain: its predicted figure is the current one.
     store_recommendation(store, target="t", config=UNBATCHED, qps=200, p95_ms=80, created_at=T0)
-    view = queries(seeded).latest_recommendation("t", "unbatched")
-    assert view is not None and view.current is not None
-    assert view.current == view.stored.recommendation.current
-    assert view.gain == pytest.approx(view.stored.recommendation.predicted.qps / 200)
-    assert from_json(type(view), to_json(view)).gain == view.gain
+    probe = queries(seeded).latest_recommendation("t", "unbatched")
+    assert probe is not None and probe.gain is None
+    assert probe.predicted is not None and probe.predicted.qps == 200.0
 
 
 def test_a_recommendation_without_changes_or_configs_still_shows(
