@@ -250,7 +250,7 @@ def check_live_changes(http: requests.Session, url: str) -> None:
     if not response.ok and any(word in response.text.lower() for word in _NOT_EXPLICIT):
         raise LiveChangesRefused(
             f"{url} does not allow live config changes: start "
-            f"tritonserver with --model-control-mode=explicit"
+            f"tritonserver with --model-control-mode=explicit. Nothing was changed."
         )
 
 

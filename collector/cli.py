@@ -13,6 +13,7 @@ one line on stderr and an exit status, not a traceback:
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import signal
@@ -135,6 +136,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     detectors = detector_job(detector_settings(settings.analysis))
     store = Store(settings.db_url)
     try:
+        store.open()  # a database that cannot be opened is one line now, not a log per scrape
         service = CollectorService(settings, store, build_sources(settings), analyses=[detectors])
         stop = _stop_on_signals()
         log.info(
@@ -218,13 +220,27 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
 
 
 def _observe(settings: Any, store: Any, seconds: float) -> None:
+    """Collect from the targets for ``seconds``; ``TargetUnreachable`` when a target
+    never answered, so that "no recommendation" is not said of a server never seen."""
+    import time
+
+    from collector.apply import TargetUnreachable
     from collector.scheduler import CollectorService, build_sources
 
     print(
         f"observing {', '.join(t.url for t in settings.targets)} for {seconds:g} s ...",
         file=sys.stderr,
     )
+    started = time.time()
     CollectorService(settings, store, build_sources(settings)).run(seconds)
+    states = {t.name: t for t in store.targets()}
+    for target in settings.targets:
+        state = states.get(target.name)
+        if state is None or state.last_seen_at is None or state.last_seen_at < started:
+            why = state.last_error if state is not None and state.last_error else "no answer"
+            if target.metrics_url in why:
+                why += "; pass --metrics-url when its metrics are served elsewhere"
+            raise TargetUnreachable(f"could not reach Triton at {target.url}: {why}")
 
 
 def _recommend(store: Any, settings: Any, args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
@@ -293,62 +309,82 @@ def _recommendation_json(rec: Any) -> dict[str, Any]:
 def _cmd_apply(args: argparse.Namespace) -> int:
     import requests
 
-    from collector.apply import ApplyRefused, apply_recommendation, stored_recommendation
-    from collector.config import load_settings
+    from collector.apply import ApplyRefused, check_live_changes, stored_recommendation
+    from collector.config import load_settings, target_from_url
+    from collector.metrics_endpoint import find_metrics_target
     from collector.report import render_recommendation
 
     if args.verify_s is not None and args.verify_s <= 0:
         raise ConfigError("verify_s", f"must be > 0, got {args.verify_s:g}")
     windows = {} if args.verify_s is None else {"before_s": args.verify_s, "after_s": args.verify_s}
+    # The settings' own targets are where --triton's metrics URL may be written down.
     settings = load_settings(
-        config_file=args.config,
-        overrides={
-            "triton": [args.triton],
-            "db_url": args.db_url,
-            "metrics_url": [args.metrics_url] if args.metrics_url else None,
-            "apply": windows or None,
-        },
+        config_file=args.config, overrides={"db_url": args.db_url, "apply": windows or None}
     )
-    (target,) = settings.targets
+    named = target_from_url(args.triton, args.metrics_url, field_name="triton")
     store = _existing_store(settings.db_url)  # the recommendation to apply is stored there
+    http = requests.Session()
+    http.trust_env = False  # talk to the server the settings name, not a proxy
     try:
-        found = stored_recommendation(store, target.name, args.model)
+        found = stored_recommendation(store, named.name, args.model)
         if found is None:
             print(
-                f"batchscope: no recommendation for {args.model!r} on {target.name} in the "
+                f"batchscope: no recommendation for {args.model!r} on {named.name} in the "
                 f"store; run `batchscope recommend` first",
                 file=sys.stderr,
             )
             return EXIT_NOTHING_DONE
-        rec_id, rec = found
-        print(render_recommendation(rec))
-        if not rec.changes:
+        print(render_recommendation(found[1]))
+        if not found[1].changes:
             print("nothing to apply: the recommendation is to keep the current config")
             return 0
-        if not args.yes and input(
-            f"apply this change to {args.model} on {target.url}? [y/N] "
-        ).strip().lower() not in ("y", "yes"):
-            print("not applied")
+        try:
+            check_live_changes(http, named.url)  # reachable, and takes live changes
+        except ApplyRefused as exc:
+            print(f"batchscope: {exc}", file=sys.stderr)
+            return EXIT_REFUSED
+        target = find_metrics_target(
+            args.triton, args.metrics_url, settings.targets, http=http, model=args.model
+        )
+        if not args.yes and not _confirmed(f"apply this change to {args.model} on {target.url}?"):
+            print("not applied (--yes applies without asking)")
             return EXIT_NOTHING_DONE
-        stop = _stop_on_signals()  # Ctrl-C from here on rolls an unverified change back
-        with requests.Session() as http:
-            http.trust_env = False  # talk to the server the settings name, not a proxy
-            try:
-                result = apply_recommendation(
-                    target,
-                    rec,
-                    store=store,
-                    http=http,
-                    settings=settings.apply,
-                    recommendation_id=rec_id,
-                    wait=stop.wait,
-                    say=lambda m: print(m, file=sys.stderr),
-                )
-            except ApplyRefused as exc:
-                print(f"batchscope: {exc}", file=sys.stderr)
-                return EXIT_REFUSED
+        return _apply_confirmed(target, found, store, http, settings)
     finally:
+        http.close()
         store.close()
+
+
+def _confirmed(question: str) -> bool:
+    """The user's yes to ``question``; no answer (stdin closed) is a no."""
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        print()
+        return False
+
+
+def _apply_confirmed(
+    target: Any, found: tuple[int, Any], store: Store, http: Any, settings: Settings
+) -> int:
+    from collector.apply import ApplyRefused, apply_recommendation
+
+    print(f"metrics of {target.name}: {target.metrics_url}", file=sys.stderr)
+    stop = _stop_on_signals()  # Ctrl-C from here on rolls an unverified change back
+    try:
+        result = apply_recommendation(
+            target,
+            found[1],
+            store=store,
+            http=http,
+            settings=settings.apply,
+            recommendation_id=found[0],
+            wait=stop.wait,
+            say=lambda m: print(m, file=sys.stderr),
+        )
+    except ApplyRefused as exc:
+        print(f"batchscope: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     print(result.verdict.summary)
     return EXIT_ROLLED_BACK if result.rolled_back else 0
 
@@ -611,7 +647,15 @@ def _run(args: argparse.Namespace) -> int:
         status, message = EXIT_NOTHING_DONE, str(exc)
     except KeyboardInterrupt:
         status, message = EXIT_INTERRUPTED, "interrupted"
-    print(f"batchscope: {message}", file=sys.stderr)
+    except OSError as exc:  # the UI's port is taken, or not ours to bind
+        if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise
+        status = EXIT_CONFIG
+        message = (
+            f"invalid setting port: cannot listen there ({exc.strerror}); choose another --port"
+        )
+    # One line, also when the cause spans several (a driver's hint, a YAML error's caret).
+    print(f"batchscope: {' '.join(message.split())}", file=sys.stderr)
     return status
 
 

@@ -123,6 +123,8 @@ def _normalise_url(value: str, *, default_port: int) -> str:
     text = value.strip()
     if not text:
         raise ValueError(f"must be a URL such as http://host:{default_port}")
+    if any(c.isspace() for c in text):
+        raise ValueError(f"must be a URL such as http://host:{default_port} (no spaces)")
     if "://" not in text:
         text = "http://" + text
     parts = urlsplit(text)

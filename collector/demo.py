@@ -15,18 +15,25 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import shlex
 import threading
+from pathlib import Path
 
-from collector.config import Settings, target_from_url
+from sqlalchemy.engine import make_url
+
+from collector.config import Settings, load_settings, target_from_url
+from collector.errors import ConfigError
 from collector.process_control import stop_on_signals
 from collector.serve import Service
 from collector.testbed.load import run_load
 from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import StartCancelled, TritonServer
 
-__all__ = ["DEMO_MODELS", "LOAD_PHASES", "add_demo_command", "run_demo"]
+__all__ = ["DEMO_MODELS", "LOAD_PHASES", "add_demo_command", "apply_command", "run_demo"]
 
 DEMO_MODELS = BATCHED_AND_UNBATCHED
+#: The model that draws the finding and the recommendation: the one without a batcher.
+ADVISED_MODEL = next(m.name for m in DEMO_MODELS if not m.dynamic_batching)
 #: (closed-loop clients, seconds) per phase, repeated: the load an operator sees move.
 LOAD_PHASES = ((16, 10.0), (24, 10.0), (8, 10.0), (16, 10.0), (32, 10.0))
 # Quicker analysis than the defaults, so the demo shows findings within a minute.
@@ -64,6 +71,45 @@ def _chunks(total_s: float, most_s: float) -> list[float]:
     return pieces
 
 
+def apply_command(http_url: str, metrics_url: str, db_url: str, model: str) -> str:
+    """The ``batchscope apply`` line for ``model`` of the demo's server, to copy into
+    another terminal: a SQLite file is named by its absolute path, so the line works
+    from any directory; a password in a database URL is not printed."""
+    url = make_url(db_url)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        url = url.set(database=str(Path(url.database).resolve()))
+    return shlex.join(
+        [
+            "batchscope",
+            "apply",
+            "--triton",
+            http_url,
+            "--metrics-url",
+            metrics_url,
+            "--db",
+            url.render_as_string(hide_password=True),
+            "--model",
+            model,
+        ]
+    )
+
+
+def _demo_settings(db_url: str, interval_s: float) -> Settings:
+    """The demo's settings without their target (the server's URLs come once it runs),
+    checked before anything starts: a bad ``--db`` is one line, not a started Triton."""
+    return load_settings(
+        env={},
+        overrides={
+            "db_url": db_url,
+            "interval_s": interval_s,
+            "jitter_s": 0.0,
+            "analysis_every_s": 8.0,
+            "recommend_every_s": 15.0,
+            "analysis": dict(DEMO_ANALYSIS),
+        },
+    )
+
+
 def run_demo(
     *,
     duration_s: float | None = None,
@@ -73,6 +119,9 @@ def run_demo(
     stop: threading.Event | None = None,
 ) -> int:
     stop = stop or threading.Event()
+    if not 0 < port < 65536:
+        raise ConfigError("port", f"must be 1..65535, got {port}")
+    settings = _demo_settings(db_url, interval_s)
     print(
         f"starting a CPU Triton testbed with models: {', '.join(m.name for m in DEMO_MODELS)}",
         flush=True,
@@ -83,7 +132,7 @@ def run_demo(
     with stop_on_signals(stop):
         try:
             server.start(cancel=stop)
-            _serve_demo(server, stop, duration_s, db_url, port, interval_s)
+            _serve_demo(server, stop, duration_s, settings, port)
         except StartCancelled:
             pass
         finally:
@@ -96,34 +145,32 @@ def _serve_demo(
     server: TritonServer,
     stop: threading.Event,
     duration_s: float | None,
-    db_url: str,
+    settings: Settings,
     port: int,
-    interval_s: float,
 ) -> None:
     print(
         f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}",
         flush=True,
     )
-    settings = Settings(
-        targets=(target_from_url(server.http_url, server.metrics_url),),
-        db_url=db_url,
-        interval_s=interval_s,
-        jitter_s=0.0,
-        analysis_every_s=8.0,
-        recommend_every_s=15.0,
-        analysis=dict(DEMO_ANALYSIS),
-    )
+    target = target_from_url(server.http_url, server.metrics_url)
+    settings = settings.model_copy(update={"targets": (target,)})
     service = Service(settings, host="127.0.0.1", port=port, refresh_s=2.0)
     driver = threading.Thread(target=_drive, args=(server.grpc_url, stop), name="load", daemon=True)
     service.start()
     try:
         driver.start()
         print(
-            f"collecting every {interval_s:g} s into {db_url} while driving both models "
-            f"with {' → '.join(str(c) for c, _ in LOAD_PHASES)} clients",
+            f"collecting every {settings.interval_s:g} s into {settings.db_url} while driving "
+            f"both models with {' → '.join(str(c) for c, _ in LOAD_PHASES)} clients",
             flush=True,
         )
         print(f"batchscope UI: {service.url}   (Ctrl-C stops)", flush=True)
+        print(
+            f"once the UI recommends a change for {ADVISED_MODEL}, apply it from another "
+            f"terminal with:\n  "
+            + apply_command(server.http_url, server.metrics_url, settings.db_url, ADVISED_MODEL),
+            flush=True,
+        )
         stop.wait(duration_s)
     finally:
         stop.set()

@@ -176,7 +176,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     try:
         config = load_testbed_config(args.config)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     from collector.testbed.server import StartCancelled
 
@@ -190,7 +190,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             print("stopped while starting", flush=True)
             return 0
         except BatchscopeError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
             return 1
         finally:
             server.close()
@@ -224,7 +224,7 @@ def _cmd_load(args: argparse.Namespace) -> int:
     try:
         target, note = grpc_target(args.triton, args.grpc)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     if note:
         print(note, file=sys.stderr)

@@ -5,6 +5,7 @@ control is refused with nothing changed."""
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import subprocess
 import sys
@@ -270,3 +271,95 @@ def test_apply_to_an_unreachable_server_says_so_without_a_traceback(tmp_path: Pa
     assert "does not allow live config changes" not in out.stderr
     assert "Traceback" not in out.stderr
     assert outcome(db) == "open"
+
+
+class _Forwarder:
+    """A TCP port that relays to another, as a container's mapped port does: the server
+    behind it runs with a --http-port that is not the port the user knows."""
+
+    def __init__(self, to_port: int) -> None:
+        self._to = to_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            upstream = socket.create_connection(("127.0.0.1", self._to))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        with src, dst:
+            while data := src.recv(65536):
+                dst.sendall(data)
+
+    def close(self) -> None:
+        self._listener.close()
+        self._threads[0].join(timeout=5)
+
+
+def test_apply_copied_from_the_demo_finds_the_metrics_url_or_names_the_flag(
+    triton_factory: Callable[..., TritonServer], tmp_path: Path
+) -> None:
+    server = triton_factory([MODEL], extra_args=["--metrics-config", "summary_latencies=true"])
+    assert not server.metrics_url.endswith(":8002/metrics")  # as in the demo
+    db = f"sqlite:///{tmp_path}/e.db"
+    forwarder = _Forwarder(int(server.http_url.rsplit(":", 1)[1]))
+    try:
+        hidden = f"http://127.0.0.1:{forwarder.port}"
+        config = server.get_json(f"/v2/models/{MODEL.name}/config")
+        store = Store(db)
+        try:
+            on = replace(BatcherConfig(max_batch_size=32), dynamic_batching=True)
+            store.add_recommendation(hand_made(target_from_url(hidden).name, on, config))
+        finally:
+            store.close()
+        # Behind another port no tritonserver of this host is found, and nothing
+        # answers on Triton's default metrics port: one line that names the flag.
+        out = cli("apply", "--triton", hidden, "--model", "m", "--db", db, "--yes")
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "Traceback" not in out.stderr
+        (line,) = out.stderr.strip().splitlines()
+        assert line.startswith("batchscope: invalid setting metrics_url: ")
+        assert "--metrics-url" in line and hidden in line
+        assert "dynamic_batching" not in server.get_json("/v2/models/m/config")
+    finally:
+        forwarder.close()
+
+    stored_recommendation(
+        db, server, replace(BatcherConfig(max_batch_size=32), dynamic_batching=True)
+    )
+    # The line the demo prints, as a user copies it, with and without its --metrics-url.
+    from collector.demo import apply_command
+
+    printed = shlex.split(apply_command(server.http_url, server.metrics_url, db, "m"))
+    assert printed[:2] == ["batchscope", "apply"] and "--metrics-url" in printed
+    i = printed.index("--metrics-url")
+    without = printed[1:i] + printed[i + 2 :]
+    with background_load(server, concurrency=16, seconds=10):
+        out = cli(*without, "--yes", "--verify-s", "3")
+    assert out.returncode in (0, 4), out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    assert f"metrics of {target_from_url(server.http_url).name}: {server.metrics_url}" in out.stderr
+    assert out.stdout.strip().splitlines()[-1].startswith(("kept:", "rolled back:"))
+    assert outcome_of_latest(db, target_from_url(server.http_url).name) in ("kept", "rolled_back")
+
+    with background_load(server, concurrency=16, seconds=10):
+        out = cli(*printed[1:], "--yes", "--verify-s", "3")
+    assert out.returncode in (0, 4), out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def outcome_of_latest(db_url: str, target: str) -> str:
+    store = Store(db_url)
+    try:
+        return store.recommendations(target=target, model=MODEL.name)[-1].status
+    finally:
+        store.close()

@@ -7,12 +7,15 @@ what it does in ``--help``."""
 from __future__ import annotations
 
 import argparse
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,3 +178,93 @@ def test_every_flag_of_every_subcommand_has_help_text() -> None:
     parser = build_parser()
     missing = list(_options_without_help(parser, parser.prog))
     assert missing == [], f"options without --help text: {missing}"
+
+
+# ------------------------------------------------------------------ one line, never a traceback
+
+
+def _closed_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_cause_that_spans_lines_is_still_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("targets: [\n")  # PyYAML's message has a caret on a line of its own
+    status = main(["status", "--config", str(config)])
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    line = _one_line(err)
+    assert line.startswith("batchscope: invalid setting config: ") and "not valid YAML" in line
+
+
+def test_collect_into_a_database_that_cannot_be_opened_stops_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    url = f"sqlite:///{tmp_path}/no/such/folder/c.db"
+    status = main(
+        ["collect", "--triton", _closed_url(), "--sources", "triton", "--duration", "30"]
+        + ["--db", url]
+    )
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    assert "Traceback" not in err and "could not record" not in err
+    assert "batchscope: invalid setting db_url: cannot open database" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["demo", "--db", "garbled", "--duration", "1"], "db_url"),
+        (["demo", "--port", "70000", "--duration", "1"], "port"),
+        (["apply", "--triton", "not a url", "--model", "m", "--yes"], "triton"),
+    ],
+)
+def test_a_bad_flag_is_refused_before_anything_starts(
+    argv: list[str], field: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    assert _one_line(err).startswith(f"batchscope: invalid setting {field}: ")
+    assert "starting a CPU Triton" not in out
+    assert time.monotonic() - started < 10.0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_recommend_against_a_server_never_reached_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    url = _closed_url()
+    status = main(
+        ["recommend", "--triton", url, "--observe", "1", "--db", f"sqlite:///{tmp_path}/r.db"]
+    )
+    out, err = capsys.readouterr()
+    assert status == 5, out + err
+    line = [x for x in err.splitlines() if x.startswith("batchscope: ")]
+    assert len(line) == 1 and "Traceback" not in err
+    assert line[0].startswith(f"batchscope: could not reach Triton at {url}: ")
+    assert "no model has enough observed traffic" not in out
+
+
+def test_a_taken_ui_port_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        status = main(
+            ["serve", "--triton", _closed_url(), "--sources", "triton", "--port", str(port)]
+            + ["--db", f"sqlite:///{tmp_path}/s.db"]
+        )
+    for signum, handler in handlers.items():  # serve took Ctrl-C over: give it back
+        signal.signal(signum, handler)
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    assert "Traceback" not in err
+    assert "batchscope: invalid setting port: cannot listen there" in err
