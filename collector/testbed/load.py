@@ -18,10 +18,13 @@ included) are counted and sampled, never raised.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
+import importlib
 import json
 import random
+import threading
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -299,16 +302,107 @@ class _Requests:
                 task.cancel()
 
 
+def _grpc_aio() -> Any:
+    # Imported when first used, so that importing batchscope needs no testbed extra.
+    return importlib.import_module("grpc.aio")
+
+
+class _LoadLoop:
+    """The one event loop, in a thread of its own, that runs every blocking ``run_load``
+    of the process.
+
+    gRPC's asyncio layer keeps one completion queue per process, with one notification
+    socket that every event loop using it watches; it tears the queue down (closing the
+    socket) whenever its count of live channels drops to zero, from whichever thread
+    frees the last channel. With a loop per run and runs in several threads, as the
+    demo drives its models, one run's teardown closed the socket under a loop still
+    running in another thread: ``OSError: [Errno 9] Bad file descriptor`` from
+    ``PollerCompletionQueue._handle_events`` in the log. So every run shares this loop,
+    which holds gRPC's asyncio state (``init_grpc_aio``) for as long as it runs; each
+    run still opens and closes its own channel; and the state is released once the loop
+    has stopped, at exit (or ``close()``), when no loop is left to watch the socket.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def _started(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+                thread = threading.Thread(
+                    target=self._serve, args=(loop, ready), name="load-loop", daemon=True
+                )
+                thread.start()
+                ready.wait()
+                self._loop, self._thread = loop, thread
+                atexit.register(self.close)
+            return self._loop
+
+    @staticmethod
+    def _serve(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        asyncio.set_event_loop(loop)
+        _grpc_aio().init_grpc_aio()  # binds this loop; released in close()
+        loop.call_soon(ready.set)
+        loop.run_forever()
+
+    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """``coroutine``'s result, run on the shared loop; a caller interrupted while
+        waiting (Ctrl-C) cancels it."""
+        loop = self._started()
+        if threading.current_thread() is self._thread:
+            coroutine.close()
+            raise RuntimeError("run_load called from the load loop: await run_load_async")
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def close(self) -> None:
+        """Stop the loop, then release gRPC's asyncio state (its socket is closed with
+        no loop running). Runs still in flight are cancelled. A later run starts anew."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        atexit.unregister(self.close)
+
+        async def _cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(timeout=15.0)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=15.0)
+        if thread.is_alive():  # the loop is stuck: leave it to the interpreter's exit
+            return
+        _grpc_aio().shutdown_grpc_aio()
+        loop.close()
+
+
+_LOAD_LOOP = _LoadLoop()
+
+
 def _blocking(coroutine_fn: Callable[_P, Coroutine[Any, Any, _T]]) -> Callable[_P, _T]:
-    """``coroutine_fn`` run to completion in a new event loop, with its signature."""
+    """``coroutine_fn`` run to completion on the shared load loop, with its signature."""
 
     @functools.wraps(coroutine_fn)
     def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        return asyncio.run(coroutine_fn(*args, **kwargs))
+        return _LOAD_LOOP.run(coroutine_fn(*args, **kwargs))
 
     return run
 
 
 # The same run for callers outside an event loop: one signature, kept in one place.
+# Any number of threads may call it at once: their runs share one event loop.
 run_load = _blocking(run_load_async)
 run_load.__name__ = run_load.__qualname__ = "run_load"
