@@ -211,3 +211,21 @@ def test_mean_execution_time_weighs_every_execution_alike() -> None:
     # 10 executions of 2 ms and 30 of 6 ms (all three compute phases): 5 ms each.
     assert mean_execution_ms([stat(1, 10, 2.0), stat(8, 30, 6.0)]) == pytest.approx(5.0)
     assert mean_execution_ms([]) is None
+
+
+def test_the_fit_bounds_the_relative_cost_of_two_batch_sizes() -> None:
+    """``log_ratio_se``: what the fit leaves uncertain of time(a)/time(b); it shrinks
+    with more executions and is unbounded while the slope is unknown."""
+
+    def fitted(count: int):  # type: ignore[no-untyped-def]
+        jitter = {4: 1.02, 8: 0.98, 16: 1.01}
+        return fit_service_time([stat(b, count, (8.0 + 0.3 * b) * j) for b, j in jitter.items()])
+
+    few, many = fitted(20), fitted(2000)
+    assert few is not None and many is not None
+    assert many.log_ratio_se(8, 8) == 0.0
+    assert 0.0 < many.log_ratio_se(4, 16) < few.log_ratio_se(4, 16)
+    # Further from the observed sizes, less is known.
+    assert many.log_ratio_se(4, 32) > many.log_ratio_se(4, 16)
+    single = fit_service_time([stat(1, 500, 10.0)])
+    assert single is not None and math.isinf(single.log_ratio_se(1, 8))
