@@ -22,6 +22,7 @@ from collector.analysis.recommend.choice import (
     GAIN_Z,
     Estimate,
     gain_uncertainty,
+    log_gain,
     meets,
     prefer,
     simplicity,
@@ -184,6 +185,7 @@ def _tuned(
         "gain_uncertainty": round(math.expm1(GAIN_Z * uncertainty), 4)
         if math.isfinite(uncertainty)
         else None,
+        **_over_standing(found, standing, fit),
     }
     if best.config == cur:
         kept = replace(cur_e.prediction, qps=observed.qps)
@@ -205,6 +207,23 @@ def _tuned(
         _confidence(obs, best.config, "tune"),
         evidence,
     )
+
+
+def _over_standing(
+    found: SearchResult, standing: BatcherConfig | None, fit: ServiceTimeFit
+) -> Evidence:
+    """The chosen config's predicted gain over the standing advice, and its
+    uncertainty (both as ratios − 1), when there is standing advice to compare with."""
+    held = next((e for e in found.finals if e.config == standing), None)
+    if held is None or held.config == found.chosen.config:
+        return {}
+    spread = gain_uncertainty(found.chosen, held, fit)
+    return {
+        "gain_over_standing": round(math.expm1(log_gain(found.chosen, held)), 4),
+        "gain_over_standing_uncertainty": round(math.expm1(GAIN_Z * spread), 4)
+        if math.isfinite(spread)
+        else None,
+    }
 
 
 def _tune_reason(
