@@ -98,3 +98,36 @@ def test_a_host_without_nvidia_gpu_is_up_with_one_quiet_note(store: Store) -> No
     assert "banner" not in note.className
     view = DashboardQueries(store, clock=lambda: T0 + 61).devices(range_name="5m")
     assert view.no_gpu_hosts == {"cpu-vm": "no library"}
+
+
+def test_the_overview_shows_p95_where_triton_publishes_it(tmp_path: Path) -> None:
+    """Triton's request summary (``summary_latencies=true``) gives the p95 column."""
+    from collector.records import ModelMetrics, TritonSnapshot
+    from collector.sources.triton_metrics import REQUEST_SUMMARY
+
+    s = Store(f"sqlite:///{tmp_path}/p95.db")
+    try:
+        for i in range(5):
+            n = 100.0 * i
+            metrics = ModelMetrics(
+                model="m",
+                version="1",
+                request_success=n,
+                inference_count=n,
+                exec_count=n,
+                request_duration_us=20_000 * n,
+                summary_quantiles_us={REQUEST_SUMMARY: {0.5: 18_000.0, 0.95: 48_250.0}},
+            )
+            s.write_triton(
+                TritonSnapshot(target="triton", collected_at=T0 + i, model_metrics=(metrics,))
+            )
+        scrape_ok(s, "triton", T0 + 4)
+        data = DashboardQueries(s, clock=lambda: T0 + 5).overview(window_s=60.0)
+        table = components.models_table(data.models)
+        header = _texts(table.children[0])
+        (row,) = table.children[1].children
+        cells = dict(zip(header, [" ".join(_texts(td)) for td in row.children], strict=True))
+        assert cells["p95 ms"] == "48.2"
+        assert cells["QPS"] == "100.0"
+    finally:
+        s.close()
