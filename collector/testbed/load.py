@@ -41,6 +41,11 @@ _T = TypeVar("_T")
 
 # Distinct error messages kept in a result: enough to diagnose, small enough to print.
 _MAX_ERROR_SAMPLES = 5
+# Set while the shared load loop closes (at exit): runs stop sending and return what
+# they measured, so a thread still waiting on one gets its result, not an error.
+_STOPPING = threading.Event()
+# How long a closing load loop waits for its runs' last requests before cancelling them.
+_DRAIN_S = 12.0
 # After a failure a closed-loop client pauses this long, so a dead server produces a
 # steady trickle of errors instead of a busy loop that starves the event loop.
 _ERROR_BACKOFF_S = 0.01
@@ -267,7 +272,7 @@ class _Requests:
 
     async def closed_client(self, stop_at: float) -> None:
         """One closed-loop client: the next request when the last one returned."""
-        while self.loop.time() < stop_at:
+        while self.loop.time() < stop_at and not _STOPPING.is_set():
             if not await self.one():
                 await asyncio.sleep(_ERROR_BACKOFF_S)
 
@@ -280,7 +285,7 @@ class _Requests:
         in_flight: set[asyncio.Task[bool]] = set()
         next_at = start
         try:
-            while next_at < stop_at:
+            while next_at < stop_at and not _STOPPING.is_set():
                 now = self.loop.time()
                 if next_at > now:
                     await asyncio.sleep(next_at - now)
@@ -365,28 +370,38 @@ class _LoadLoop:
 
     def close(self) -> None:
         """Stop the loop, then release gRPC's asyncio state (its socket is closed with
-        no loop running). Runs still in flight are cancelled. A later run starts anew."""
+        no loop running). Runs in flight stop sending and return what they measured
+        (their last requests get ``_DRAIN_S``). A later run starts anew."""
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
         if loop is None or thread is None:
             return
         atexit.unregister(self.close)
+        _STOPPING.set()
+        try:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(_drain(), loop).result(timeout=_DRAIN_S + 5)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=15.0)
+            if thread.is_alive():  # the loop is stuck: leave it to the interpreter's exit
+                return
+            _grpc_aio().shutdown_grpc_aio()
+            loop.close()
+        finally:
+            _STOPPING.clear()
 
-        async def _cancel_all() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(timeout=15.0)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=15.0)
-        if thread.is_alive():  # the loop is stuck: leave it to the interpreter's exit
-            return
-        _grpc_aio().shutdown_grpc_aio()
-        loop.close()
+async def _drain() -> None:
+    """Wait for the loop's runs to end (they have stopped sending), cancelling what is
+    left after ``_DRAIN_S``."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    if not tasks:
+        return
+    _done, pending = await asyncio.wait(tasks, timeout=_DRAIN_S)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 _LOAD_LOOP = _LoadLoop()
