@@ -190,6 +190,12 @@ def test_overview_lists_both_models_from_the_real_collection(
     }
     assert sizes["unbatched"] == 1.0
     assert sizes["batched"] > 2.0
+    # Triton runs with summary_latencies=true here: the p95 column has a figure.
+    headers = [h.text for h in dash_duo.find_elements(f"#{ids.Overview.MODELS} thead th")]
+    p95_column = headers.index("p95 ms")
+    for r in dash_duo.find_elements(f"#{ids.Overview.MODELS} tbody tr"):
+        if r.find_element(By.CSS_SELECTOR, "a.model-link").text in ("batched", "unbatched"):
+            assert float(r.find_elements(By.TAG_NAME, "td")[p95_column].text) > 0
     screenshot("live-overview")
 
     # The unbatched model's page draws its graphs from the collection.
