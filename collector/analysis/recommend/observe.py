@@ -121,13 +121,16 @@ def observe_windows(
     uncertainty of a gain (``choice``). Empty when the window at ``now`` gives nothing."""
     now = time.time() if now is None else now
     history = read_history(store, target, model, settings=settings, now=now)
-    latest = observation_from(history, settings)
+    lookback = lookback_of(history, settings)
+    latest = observation_from(history, settings, lookback)
     if latest is None:
         return ()
     out = [latest]
-    for offset in settings.window_offsets:
+    # Without a slope there is nothing to tune, so nothing to compare across windows.
+    offsets = settings.window_offsets if latest.fit and latest.fit.slope_identified else ()
+    for offset in offsets:
         earlier = observation_from(
-            _history_until(history, now - offset * settings.window_s), settings
+            _history_until(history, now - offset * settings.window_s), settings, lookback
         )
         if earlier is not None and earlier.batcher == latest.batcher:
             out.append(earlier)
@@ -172,10 +175,32 @@ def read_history(
 # ------------------------------------------------------------------ the pure part
 
 
-def observation_from(history: ModelHistory, settings: RecommendSettings) -> Observation | None:
+@dataclass(frozen=True)
+class Lookback:
+    """What an observation reads from the whole look-back rather than its window: the
+    summed batch_stats increases (the cost curve's data) and the saturated stretches
+    (closed-loop operating points, each with its end time). Computed once per
+    history; the earlier windows of ``observe_windows`` share it (their cost curve is
+    the look-back's, and they keep the stretches that ended by their own end)."""
+
+    batches: tuple[BatchStat, ...]
+    stretches: tuple[tuple[float, ModelRates], ...]
+
+
+def lookback_of(history: ModelHistory, settings: RecommendSettings) -> Lookback:
+    return Lookback(
+        batches=window_batch_stats(history.samples),
+        stretches=tuple(_saturated_stretches(history, settings)),
+    )
+
+
+def observation_from(
+    history: ModelHistory, settings: RecommendSettings, lookback: Lookback | None = None
+) -> Observation | None:
     """The model inputs of the window ending at ``history.until`` (now); None when
     fewer than three samples or no requests were seen in it, no config is known, or
-    the newest sample is stale (``health.is_fresh`` at the series' own interval)."""
+    the newest sample is stale (``health.is_fresh`` at the series' own interval).
+    ``lookback`` defaults to ``history``'s own."""
     history_samples = history.samples
     if len(history_samples) < 3 or history.config is None:
         return None
@@ -201,8 +226,10 @@ def observation_from(history: ModelHistory, settings: RecommendSettings) -> Obse
     rates = window_rates(window, instance_count=batcher.instance_count)
     if rates is None or rates.requests_per_s <= 0:
         return None
-    batches = window_batch_stats(history_samples)
-    loop = _closed_loop(history, rates, batcher, settings)
+    lookback = lookback or lookback_of(history, settings)
+    batches = lookback.batches
+    stretches = [r for ended, r in lookback.stretches if ended <= history.until]
+    loop = _closed_loop(stretches, rates, batcher)
     exec_ms, overhead_ms = _overhead(window, rates, batcher, saturated=loop.saturated)
     cpu = _cpu_share(history, config, rates, batcher, window[0].collected_at, end)
     summary_ok = not changed or end - stored.collected_at >= SUMMARY_MAX_AGE_S
@@ -306,12 +333,12 @@ def _population(points: Sequence[tuple[float, float]]) -> int:
 def _saturated_stretches(
     history: ModelHistory,
     settings: RecommendSettings,
-) -> list[ModelRates]:
+) -> list[tuple[float, ModelRates]]:
     """Saturated stretches of the look-back, away from config changes (a reload
-    stalls the clients): closed-loop operating points."""
+    stalls the clients): closed-loop operating points, with the time each ends."""
     changes = history.config_changes
     return [
-        r
+        (c[-1].collected_at, r)
         for c in _chunks(history.samples, settings.window_s / 3)
         if not any(
             c[0].collected_at - settings.settle_s <= t <= c[-1].collected_at + _RELOAD_LEAD_S
@@ -325,12 +352,11 @@ def _saturated_stretches(
 
 
 def _closed_loop(
-    history: ModelHistory, rates: ModelRates, batcher: BatcherConfig, settings: RecommendSettings
+    stretches: Sequence[ModelRates], rates: ModelRates, batcher: BatcherConfig
 ) -> _ClosedLoop:
     in_server = rates.in_server
     if not ((rates.queue_share or 0.0) >= 0.2 and in_server >= batcher.instance_count + 0.5):
         return _ClosedLoop(saturated=False)
-    stretches = _saturated_stretches(history, settings)
     population = _population(
         [(r.requests_per_s, r.in_server) for r in stretches] + [(rates.requests_per_s, in_server)]
     )
