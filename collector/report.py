@@ -67,14 +67,16 @@ def _ago(now: float) -> Callable[[object], str]:
 
 
 def _target_note(row: object) -> str:
-    """What a reader should know of a target: no GPU on a host, else why it is not up."""
+    """What a reader should know of a target: why it is not up, and that a host has
+    no NVIDIA GPU (a fact, not a failure)."""
     assert isinstance(row, TargetStatus)
+    notes = []
+    if row.health.state is not HealthState.UP:
+        error = f": {row.target.last_error}" if row.target.last_error else ""
+        notes.append(f"{row.health.reason}{error}")
     if row.facts is not None and row.facts.nvml_absent:
-        return "no NVIDIA GPU on this host"
-    if row.health.state is HealthState.UP:
-        return ""
-    error = f": {row.target.last_error}" if row.target.last_error else ""
-    return f"{row.health.reason}{error}"
+        notes.append("no NVIDIA GPU on this host")
+    return "; ".join(notes)
 
 
 TARGET_COLUMNS = (
