@@ -133,12 +133,9 @@ class OverviewData:
 
     @property
     def stale(self) -> bool:
-        """No collector has scraped any target lately: nothing shown is live."""
-        return (
-            bool(self.targets)
-            and all(t.now in (HealthState.STALE, HealthState.UNKNOWN) for t in self.targets)
-            and any(t.now is HealthState.STALE for t in self.targets)
-        )
+        """No collector has scraped any target lately, so nothing shown is live (a
+        target is stale only then: see ``collector.analysis.health``)."""
+        return any(t.now is HealthState.STALE for t in self.targets)
 
 
 # --------------------------------------------------------------------------- a model
