@@ -23,7 +23,9 @@ uncertainty, and at least ``min_gain``. Likewise a standing config keeps meeting
 p95 objective while its predicted p95 is above it by less than its own spread
 (``meets``). Otherwise the two are tied, and ties go to the
 *standing* config (the one now running, then the recommendation already stored),
-then to the simpler one: fewer instances, fewer preferred sizes, smaller delay. The
+then to the simpler one: fewer instances, fewer preferred sizes, smaller delay
+(among fresh options only the uncertainty makes a tie; ``min_gain`` is the price of
+changing standing advice). The
 standing advice is the recommendation already stored for the running config when
 there is one (it was chosen over the running config, and stays chosen until a
 challenger, the running config included, beats it), else the running config.
@@ -145,12 +147,12 @@ def prefer(
     min_gain: float,
 ) -> Estimate:
     """``best``, unless one of ``options`` is tied with it (``best`` does not beat
-    it): then the first of ``standing`` among the tied, else the simplest tied one."""
-    tied = [
-        e for e in options if e.config == best.config or not beats(best, e, fit, min_gain=min_gain)
-    ]
+    it): then the first of ``standing`` among the tied, else the simplest tied one.
+    ``min_gain`` is what a change of advice must gain; among fresh options (no
+    standing one tied) only the uncertainty itself makes a tie."""
     for config in standing:
-        for e in tied:
-            if e.config == config:
+        for e in options:
+            if e.config == config and not beats(best, e, fit, min_gain=min_gain):
                 return e
+    tied = [e for e in options if e.config == best.config or not beats(best, e, fit, min_gain=0.0)]
     return min(tied, key=lambda e: (simplicity(e.config), e.p95_ms))
