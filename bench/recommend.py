@@ -10,6 +10,11 @@ For each case and each closed-loop concurrency c, all on one ``tritonserver`` pe
    applied and observed again under the same load (at most ``--probe-rounds`` times).
    The wall time from the first observation to the final recommendation is the *time
    to recommendation*;
+   Then ``batchscope recommend`` (the CLI, a fresh process each time) is called
+   ``--cli-calls`` times (3 by default), ``--cli-gap`` seconds apart (15; 3 with
+   ``--quick``), on the same store under the same unbroken load: each call's wall
+   time and whether every call gave the same advice are reported (``cli s``,
+   ``held``) and checked (at most 3 s a call; the same advice);
 3. the final recommendation is applied and measured like the baseline; the
    recommender's prediction (QPS and p95 at the observed load) is compared with it;
 4. sweep: every grid config (max_queue_delay 0/500/1000/2000/5000 us x preferred sizes
@@ -466,6 +471,25 @@ class Options:
     cli_gap_s: float = 3.0  # between those calls, under the same load
 
 
+def _add_cli_call_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cli-calls",
+        type=int,
+        default=3,
+        metavar="N",
+        help="after the final recommendation, call `batchscope recommend` N times on "
+        "the same store under the same load, for its per-call latency and whether the "
+        "advice holds (default 3; 0 skips)",
+    )
+    parser.add_argument(
+        "--cli-gap",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds between those calls (default 15; 3 with --quick)",
+    )
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench/recommend.py",
@@ -523,22 +547,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "ratio that single noisy runs and picking the best of many "
         "cannot bias (default 2; 0 with --quick)",
     )
-    parser.add_argument(
-        "--cli-calls",
-        type=int,
-        default=3,
-        metavar="N",
-        help="after the final recommendation, call `batchscope recommend` N times on "
-        "the same store under the same load, for its per-call latency and whether the "
-        "advice holds (default 3; 0 skips)",
-    )
-    parser.add_argument(
-        "--cli-gap",
-        type=float,
-        default=None,
-        metavar="S",
-        help="seconds between those calls (default 15; 3 with --quick)",
-    )
+    _add_cli_call_options(parser)
     parser.add_argument(
         "--sweep-only", action="store_true", help="baseline and sweep only, without the recommender"
     )
@@ -1021,6 +1030,33 @@ def run_case(
 # --------------------------------------------------------------------------- report
 
 
+def _cli_targets(
+    rows: list[Row],
+    where: Callable[[Callable[[Row], bool]], list[str]],
+    verdict: Callable[[str, list[str], str], Target],
+) -> list[Target]:
+    """The repeated `batchscope recommend` calls: fast enough, and the same advice."""
+    out: list[Target] = []
+    called = [r for r in rows if r.cli_call_s]
+    if called:
+        slowest = max(t for r in called for t in r.cli_call_s)
+        out.append(
+            verdict(
+                f"`recommend` CLI <= {_CLI_LIMIT_S:g} s per call",
+                where(lambda r: bool(r.cli_call_s) and max(r.cli_call_s) > _CLI_LIMIT_S),
+                f"slowest {slowest:.2f} s",
+            )
+        )
+        out.append(
+            verdict(
+                "`recommend` gives the same advice on repeated calls",
+                where(lambda r: r.cli_advice_held is False),
+                f"{sum(len(r.cli_advice) for r in called)} calls over {len(called)} rows",
+            )
+        )
+    return out
+
+
 def evaluate(rows: list[Row], options: Options) -> list[Target]:
     if options.sweep_only:
         return [Target("recommender targets", None, "not evaluated: --sweep-only")]
@@ -1083,23 +1119,7 @@ def evaluate(rows: list[Row], options: Options) -> list[Target]:
             "every row",
         ),
     ]
-    called = [r for r in rows if r.cli_call_s]
-    if called:
-        slowest = max(t for r in called for t in r.cli_call_s)
-        targets.append(
-            verdict(
-                f"`recommend` CLI <= {_CLI_LIMIT_S:g} s per call",
-                where(lambda r: bool(r.cli_call_s) and max(r.cli_call_s) > _CLI_LIMIT_S),
-                f"slowest {slowest:.2f} s",
-            )
-        )
-        targets.append(
-            verdict(
-                "`recommend` gives the same advice on repeated calls",
-                where(lambda r: r.cli_advice_held is False),
-                f"{sum(len(r.cli_advice) for r in called)} calls over {len(called)} rows",
-            )
-        )
+    targets += _cli_targets(rows, where, verdict)
     a32 = [r for r in rows if r.case == "a" and r.concurrency == 32]
     if a32 and a32[0].gain is not None:
         gain = a32[0].gain
