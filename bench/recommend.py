@@ -839,7 +839,8 @@ class Bench:
         opts = self.options
         # One unbroken run of the load (a restart would show in the window as a dip),
         # long enough for every call at the slowest the calls are allowed to be.
-        span = opts.cli_calls * (opts.cli_gap_s + _CLI_LIMIT_S)
+        settle = window_s + 1.0  # the first call's window holds this load alone
+        span = settle + opts.cli_calls * (opts.cli_gap_s + _CLI_LIMIT_S)
         load = threading.Thread(
             target=run_load,
             args=(self.server.grpc_url, self.case.model),
@@ -852,6 +853,7 @@ class Bench:
         if row.slo_p95_ms is not None:
             command += ["--slo-p95-ms", f"{row.slo_p95_ms:g}"]
         try:
+            time.sleep(settle)  # the gap since the observation must leave the window
             for i in range(opts.cli_calls):
                 if i:
                     time.sleep(opts.cli_gap_s)  # the spacing itself is what is measured

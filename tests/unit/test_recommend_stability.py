@@ -177,13 +177,19 @@ def test_ties_go_to_the_standing_then_the_simpler_config() -> None:
     fancy = replace(base, preferred_batch_sizes=(8, 16), max_queue_delay_us=2000)
     plain = replace(base, max_queue_delay_us=500)
     simplest = base
-    # fancy leads by 1 %, within a spread of a few %: all three are tied with it.
-    a = estimate(fancy, [1010, 1060, 960, 1030])
+    # fancy leads by 0.5 %: a near tie, which goes to the simplest, or to the standing.
+    a = estimate(fancy, [1005, 1055, 955, 1005])
     b = estimate(plain, [1000, 1050, 950, 1000])
     c = estimate(simplest, [1000, 1040, 960, 1000])
     assert not beats(a, c, fit, min_gain=0.03)
     assert prefer(a, [a, b, c], fit, standing=[], min_gain=0.03).config == simplest
     assert prefer(a, [a, b, c], fit, standing=[plain], min_gain=0.03).config == plain
+    # A 3 % lead within the uncertainty: fresh, the better config; against standing
+    # advice, not enough to change it.
+    e = estimate(fancy, [1030, 1110, 950, 1030])
+    assert not beats(e, b, fit, min_gain=0.03)
+    assert prefer(e, [e, b, c], fit, standing=[], min_gain=0.03).config == fancy
+    assert prefer(e, [e, b, c], fit, standing=[plain], min_gain=0.03).config == plain
     # A clear lead is no tie.
     d = estimate(fancy, [1300, 1310, 1290, 1300])
     assert beats(d, c, fit, min_gain=0.03)

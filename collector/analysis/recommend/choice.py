@@ -23,9 +23,11 @@ uncertainty, and at least ``min_gain``. Likewise a standing config keeps meeting
 p95 objective while its predicted p95 is above it by less than its own spread
 (``meets``). Otherwise the two are tied, and ties go to the
 *standing* config (the one now running, then the recommendation already stored),
-then to the simpler one: fewer instances, fewer preferred sizes, smaller delay
-(among fresh options only the uncertainty makes a tie; ``min_gain`` is the price of
-changing standing advice). The
+then to the simpler one: fewer instances, fewer preferred sizes, smaller delay. Among
+fresh options (none of them standing) a tie is a predicted difference under
+``NEAR_TIE``: on the CPU bench, taking the simplest config within the whole
+uncertainty of the best measured about 10 % less throughput than the best, so the
+wide band is kept for what it is for — not changing advice that stands. The
 standing advice is the recommendation already stored for the running config when
 there is one (it was chosen over the running config, and stays chosen until a
 challenger, the running config included, beats it), else the running config.
@@ -43,6 +45,7 @@ from collector.records import BatcherConfig, Prediction
 
 __all__ = [
     "GAIN_Z",
+    "NEAR_TIE",
     "Estimate",
     "beats",
     "gain_uncertainty",
@@ -54,6 +57,9 @@ __all__ = [
 
 GAIN_Z = 1.96
 """A gain must exceed this many standard errors (two-sided ≈95 %) to count."""
+
+NEAR_TIE = 0.01
+"""Fresh options predicted within this share of the best are tied: the simpler wins."""
 
 
 @dataclass(frozen=True)
@@ -146,13 +152,14 @@ def prefer(
     standing: Sequence[BatcherConfig],
     min_gain: float,
 ) -> Estimate:
-    """``best``, unless one of ``options`` is tied with it (``best`` does not beat
-    it): then the first of ``standing`` among the tied, else the simplest tied one.
-    ``min_gain`` is what a change of advice must gain; among fresh options (no
-    standing one tied) only the uncertainty itself makes a tie."""
+    """``best``, unless the first of ``standing`` that ``best`` does not beat (by the
+    uncertainty and ``min_gain``) is among ``options``: then that one. Among fresh
+    options the simplest of those predicted within ``NEAR_TIE`` of ``best`` wins: the
+    model cannot rank them, while a wider band would trade measurable throughput for
+    simplicity on a first recommendation."""
     for config in standing:
         for e in options:
             if e.config == config and not beats(best, e, fit, min_gain=min_gain):
                 return e
-    tied = [e for e in options if e.config == best.config or not beats(best, e, fit, min_gain=0.0)]
-    return min(tied, key=lambda e: (simplicity(e.config), e.p95_ms))
+    near = [e for e in options if e.qps >= best.qps * (1.0 - NEAR_TIE)]
+    return min(near or [best], key=lambda e: (simplicity(e.config), e.p95_ms))
