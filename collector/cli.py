@@ -343,12 +343,19 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         except ApplyRefused as exc:
             print(f"batchscope: {exc}", file=sys.stderr)
             return EXIT_REFUSED
-        target = find_metrics_target(
-            args.triton, args.metrics_url, settings.targets, http=http, model=args.model
+        metrics = find_metrics_target(
+            args.triton,
+            args.metrics_url,
+            settings.targets,
+            http=http,
+            model=args.model,
+            stored=store.targets(),
         )
+        target = metrics.target
         if not args.yes and not _confirmed(f"apply this change to {args.model} on {target.url}?"):
             print("not applied (--yes applies without asking)")
             return EXIT_NOTHING_DONE
+        print(f"metrics of {target.name}: {target.metrics_url} ({metrics.origin})", file=sys.stderr)
         return _apply_confirmed(target, found, store, http, settings)
     finally:
         http.close()
@@ -369,7 +376,6 @@ def _apply_confirmed(
 ) -> int:
     from collector.apply import ApplyRefused, apply_recommendation
 
-    print(f"metrics of {target.name}: {target.metrics_url}", file=sys.stderr)
     stop = _stop_on_signals()  # Ctrl-C from here on rolls an unverified change back
     try:
         result = apply_recommendation(

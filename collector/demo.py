@@ -71,10 +71,11 @@ def _chunks(total_s: float, most_s: float) -> list[float]:
     return pieces
 
 
-def apply_command(http_url: str, metrics_url: str, db_url: str, model: str) -> str:
+def apply_command(http_url: str, db_url: str, model: str) -> str:
     """The ``batchscope apply`` line for ``model`` of the demo's server, to copy into
     another terminal: a SQLite file is named by its absolute path, so the line works
-    from any directory; a password in a database URL is not printed."""
+    from any directory; a password in a database URL is not printed. The demo collects
+    into that store, which keeps the server's metrics URL for ``apply`` to find."""
     url = make_url(db_url)
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         url = url.set(database=str(Path(url.database).resolve()))
@@ -84,8 +85,6 @@ def apply_command(http_url: str, metrics_url: str, db_url: str, model: str) -> s
             "apply",
             "--triton",
             http_url,
-            "--metrics-url",
-            metrics_url,
             "--db",
             url.render_as_string(hide_password=True),
             "--model",
@@ -167,8 +166,7 @@ def _serve_demo(
         print(f"batchscope UI: {service.url}   (Ctrl-C stops)", flush=True)
         print(
             f"once the UI recommends a change for {ADVISED_MODEL}, apply it from another "
-            f"terminal with:\n  "
-            + apply_command(server.http_url, server.metrics_url, settings.db_url, ADVISED_MODEL),
+            f"terminal with:\n  " + apply_command(server.http_url, settings.db_url, ADVISED_MODEL),
             flush=True,
         )
         stop.wait(duration_s)

@@ -5,11 +5,12 @@ and its HTTP API does not say which, so ``batchscope apply --triton URL`` looks,
 this order, and takes the first candidate that answers with Triton's metrics:
 
 1. ``--metrics-url``, when given (the only candidate then);
-2. a target of the settings (config file, ``BATCHSCOPE_TRITON``) with the same URL;
-3. the ``tritonserver`` process on this host that serves the URL's HTTP port: its
-   ``--metrics-port`` and ``--metrics-address`` (what ``batchscope demo`` and
-   ``testbed up`` start is found this way);
-4. Triton's default, the same host on port 8002.
+2. the store (``--db``): where a collector scraped a target with the same URL;
+3. a target of the settings (config file, ``BATCHSCOPE_TRITON``) with the same URL;
+4. the ``tritonserver`` process on this host that serves the URL's HTTP port: its
+   ``--metrics-port`` and ``--metrics-address`` (what ``testbed up`` starts is found
+   this way even when nothing collected it);
+5. Triton's default, the same host on port 8002.
 
 When none answers, the ``ConfigError`` names ``--metrics-url`` and says what was tried.
 """
@@ -28,8 +29,9 @@ import requests
 from collector.config import DEFAULT_METRICS_PORT, TargetSettings, target_from_url
 from collector.errors import ConfigError
 from collector.sources.host import SERVER_NAME, http_port_of
+from collector.store import TargetState
 
-__all__ = ["MetricsCandidate", "find_metrics_target", "process_metrics_url"]
+__all__ = ["FoundMetrics", "MetricsCandidate", "find_metrics_target", "process_metrics_url"]
 
 _TIMEOUT_S = 5.0
 # Every metric family Triton exports starts with this.
@@ -42,6 +44,14 @@ class MetricsCandidate:
     """A metrics URL to try, and where it came from (said when it does not answer)."""
 
     url: str
+    origin: str
+
+
+@dataclass(frozen=True)
+class FoundMetrics:
+    """The target with the metrics URL that answered, and where that URL came from."""
+
+    target: TargetSettings
     origin: str
 
 
@@ -114,12 +124,18 @@ def candidates(
     target: TargetSettings,
     configured: Iterable[TargetSettings],
     processes: Callable[[], Iterable[psutil.Process]],
+    stored: Iterable[TargetState] = (),
 ) -> list[MetricsCandidate]:
-    """Steps 2 to 4 of the module docstring for ``target`` (built from ``--triton``),
+    """Steps 2 to 5 of the module docstring for ``target`` (built from ``--triton``),
     in order, each URL once."""
     default = _default_url(target.url)
-    # A configured target whose metrics URL is the default says nothing more than step 4.
     found = [
+        MetricsCandidate(t.metrics_url, "the store")
+        for t in stored
+        if t.url == target.url and t.metrics_url
+    ]
+    # A configured target whose metrics URL is the default says nothing more than step 5.
+    found += [
         MetricsCandidate(t.metrics_url, "the settings")
         for t in configured
         if t.url == target.url and t.metrics_url != default
@@ -160,7 +176,8 @@ def find_metrics_target(
     http: requests.Session,
     model: str | None = None,
     processes: Callable[[], Iterable[psutil.Process]] | None = None,
-) -> TargetSettings:
+    stored: Iterable[TargetState] = (),
+) -> FoundMetrics:
     """The target at ``triton_url`` with a metrics URL that answers (see the module
     docstring), with series of ``model`` when given. ``ConfigError("metrics_url", ...)``
     naming ``--metrics-url`` when none does; ``ConfigError("triton", ...)`` for a URL
@@ -170,13 +187,17 @@ def find_metrics_target(
         tried = [MetricsCandidate(target.metrics_url, "--metrics-url")]
     else:
         tried = candidates(
-            target, configured, processes or (lambda: psutil.process_iter(["name", "cmdline"]))
+            target,
+            configured,
+            processes or (lambda: psutil.process_iter(["name", "cmdline"])),
+            stored,
         )
     failures = []
     for candidate in tried:
         why = _answer(http, candidate.url, model)
         if why is None:
-            return target_from_url(target.url, candidate.url, target.name, field_name="triton")
+            found = target_from_url(target.url, candidate.url, target.name, field_name="triton")
+            return FoundMetrics(found, candidate.origin)
         failures.append(f"{candidate.url} ({candidate.origin}: {why})")
     hint = (
         "check --metrics-url"

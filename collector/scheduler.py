@@ -106,6 +106,8 @@ class CollectorService:
             log.exception("%s/%s: unexpected failure", source.name, source.target)
         duration = time.perf_counter() - t0
         try:
+            if health.attempts == 1 and kind == TRITON_KIND:
+                self._record_endpoints(source.target)
             self.store.record_scrape(
                 source.target,
                 source.name,
@@ -121,6 +123,12 @@ class CollectorService:
             log.exception("%s/%s: could not record the scrape result", source.name, source.target)
         self._update_health(source, health, error_kind, error, started)
         return error_kind is None
+
+    def _record_endpoints(self, target: str) -> None:
+        """Write down where ``target`` is scraped, once a run (see ``Store.record_endpoints``)."""
+        for t in self.settings.targets:
+            if t.name == target:
+                self.store.record_endpoints(target, url=t.url, metrics_url=t.metrics_url)
 
     def health(self, source: Source) -> SourceHealth:
         """The retry state of one source (a copy)."""

@@ -42,7 +42,8 @@ class TargetState:
     latest deciding scrape, successful or not. ``interval_s`` is the scrape interval
     of the collector that scraped it last (``None`` before intervals were kept);
     ``collector.analysis.health.target_health`` judges from these whether the target
-    is up *now*.
+    is up *now*. ``url`` and ``metrics_url`` are where a collector scrapes a Triton
+    target (``None`` for a host, or before they were kept).
     """
 
     name: str
@@ -56,6 +57,8 @@ class TargetState:
     last_duration_s: float | None = None
     server_version: str | None = None
     interval_s: float | None = None
+    url: str | None = None
+    metrics_url: str | None = None
     sources: dict[str, bool] = field(default_factory=dict)
 
 

@@ -215,6 +215,8 @@ class TargetRow(Base):
     consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
     server_version: Mapped[str | None]
     interval_s: Mapped[float | None]
+    url: Mapped[str | None]
+    metrics_url: Mapped[str | None]
 
 
 class TransitionRow(Base):

@@ -9,7 +9,7 @@ from typing import cast
 from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
-from collector.analysis.health import HOST_KIND, scrape_decides, target_up
+from collector.analysis.health import HOST_KIND, TRITON_KIND, scrape_decides, target_up
 from collector.records import HostFacts
 from collector.store.engine import Database
 from collector.store.mapping import RowValues, columns, orm_values, record_from, record_values
@@ -90,6 +90,14 @@ class TargetsMixin(Database):
                 row.up = up
             session.flush()
             return _target_state(orm_values(row), up_by_source)
+
+    def record_endpoints(self, target: str, *, url: str, metrics_url: str) -> None:
+        """Keep where the Triton ``target`` is scraped, for commands that are given only
+        its HTTP URL (``batchscope apply`` finds the metrics URL here)."""
+        with self._write() as session:
+            row = session.get_one(TargetRow, self._ensure_target(session, target, TRITON_KIND))
+            row.url = url
+            row.metrics_url = metrics_url
 
     def targets(self) -> list[TargetState]:
         """Every known target, by name."""

@@ -330,31 +330,46 @@ def test_apply_copied_from_the_demo_finds_the_metrics_url_or_names_the_flag(
         assert line.startswith("batchscope: invalid setting metrics_url: ")
         assert "--metrics-url" in line and hidden in line
         assert "dynamic_batching" not in server.get_json("/v2/models/m/config")
+
+        # Once a collector has scraped the server at that URL, the store knows where
+        # its metrics are, and the same command finds them there.
+        out = cli(
+            "collect", "--triton", hidden, "--metrics-url", server.metrics_url,
+            "--db", db, "--sources", "triton", "--interval", "0.5", "--duration", "2",
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+        with background_load(server, concurrency=16, seconds=10):
+            out = cli("apply", "--triton", hidden, "--model", "m", "--db", db, "--yes",
+                      "--verify-s", "3")  # fmt: skip
+        assert out.returncode in (0, 4), out.stdout + out.stderr
+        assert "Traceback" not in out.stderr
+        hidden_name = target_from_url(hidden).name
+        assert f"metrics of {hidden_name}: {server.metrics_url} (the store)" in out.stderr
     finally:
         forwarder.close()
 
     stored_recommendation(
         db, server, replace(BatcherConfig(max_batch_size=32), dynamic_batching=True)
     )
-    # The line the demo prints, as a user copies it, with and without its --metrics-url.
+    # The line the demo prints, as a user copies it: the demo collects into that store,
+    # so the line needs no --metrics-url.
     from collector.demo import apply_command
 
-    printed = shlex.split(apply_command(server.http_url, server.metrics_url, db, "m"))
-    assert printed[:2] == ["batchscope", "apply"] and "--metrics-url" in printed
-    i = printed.index("--metrics-url")
-    without = printed[1:i] + printed[i + 2 :]
-    with background_load(server, concurrency=16, seconds=10):
-        out = cli(*without, "--yes", "--verify-s", "3")
-    assert out.returncode in (0, 4), out.stdout + out.stderr
-    assert "Traceback" not in out.stderr
-    assert f"metrics of {target_from_url(server.http_url).name}: {server.metrics_url}" in out.stderr
-    assert out.stdout.strip().splitlines()[-1].startswith(("kept:", "rolled back:"))
-    assert outcome_of_latest(db, target_from_url(server.http_url).name) in ("kept", "rolled_back")
-
+    printed = shlex.split(apply_command(server.http_url, db, "m"))
+    assert printed[:2] == ["batchscope", "apply"] and "--metrics-url" not in printed
+    out = cli(
+        "collect", "--triton", server.http_url, "--metrics-url", server.metrics_url,
+        "--db", db, "--sources", "triton", "--interval", "0.5", "--duration", "2",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
     with background_load(server, concurrency=16, seconds=10):
         out = cli(*printed[1:], "--yes", "--verify-s", "3")
     assert out.returncode in (0, 4), out.stdout + out.stderr
     assert "Traceback" not in out.stderr
+    name = target_from_url(server.http_url).name
+    assert f"metrics of {name}: {server.metrics_url} (the store)" in out.stderr
+    assert out.stdout.strip().splitlines()[-1].startswith(("kept:", "rolled back:"))
+    assert outcome_of_latest(db, name) in ("kept", "rolled_back")
 
 
 def outcome_of_latest(db_url: str, target: str) -> str:

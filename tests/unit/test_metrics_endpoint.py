@@ -78,6 +78,32 @@ def test_a_tritonserver_command_line_says_where_its_metrics_are() -> None:
     assert process_metrics_url(["tritonserver", "--allow-metrics=false"], "127.0.0.1") is None
 
 
+def test_the_store_that_collected_a_server_says_first_where_its_metrics_are(tmp_path: Any) -> None:
+    from collector.store import Store
+
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    try:
+        store.record_endpoints(
+            "127.0.0.1:18000",
+            url="http://127.0.0.1:18000",
+            metrics_url="http://127.0.0.1:9300/metrics",
+        )
+        stored = store.targets()
+    finally:
+        store.close()
+    assert [(t.url, t.metrics_url) for t in stored] == [
+        ("http://127.0.0.1:18000", "http://127.0.0.1:9300/metrics")
+    ]
+    target = target_from_url("http://127.0.0.1:18000")
+    configured = [target_from_url("http://127.0.0.1:18000", "http://127.0.0.1:9100/metrics")]
+    found = candidates(target, configured, lambda: [], stored)
+    assert [(c.url, c.origin) for c in found] == [
+        ("http://127.0.0.1:9300/metrics", "the store"),
+        ("http://127.0.0.1:9100/metrics", "the settings"),
+        ("http://127.0.0.1:8002/metrics", "Triton's default port"),
+    ]
+
+
 def test_candidates_come_from_the_settings_then_the_local_server_then_the_default() -> None:
     target = target_from_url("http://127.0.0.1:18000")
     configured = [
@@ -107,7 +133,7 @@ def test_the_first_candidate_that_serves_the_models_metrics_is_taken(metrics_por
     procs = [_Proc(5, ["tritonserver", "--http-port=18000", f"--metrics-port={metrics_port}"])]
     configured = [target_from_url("http://127.0.0.1:18000", f"http://127.0.0.1:{dead}")]
     with requests.Session() as http:
-        target = find_metrics_target(
+        found = find_metrics_target(
             "http://127.0.0.1:18000",
             None,
             configured,
@@ -115,6 +141,8 @@ def test_the_first_candidate_that_serves_the_models_metrics_is_taken(metrics_por
             model="m",
             processes=lambda: procs,
         )
+    target = found.target
+    assert found.origin == "tritonserver pid 5 on this host"
     assert target.metrics_url == f"http://127.0.0.1:{metrics_port}/metrics"
     assert target.url == "http://127.0.0.1:18000" and target.name == "127.0.0.1:18000"
 
@@ -150,12 +178,10 @@ def test_the_demo_prints_an_apply_line_that_works_from_any_directory(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    line = apply_command(
-        "http://127.0.0.1:41000", "http://127.0.0.1:41002/metrics", "sqlite:///b s.db", "unbatched"
-    )
+    line = apply_command("http://127.0.0.1:41000", "sqlite:///b s.db", "unbatched")
     assert line == (
-        "batchscope apply --triton http://127.0.0.1:41000 --metrics-url "
-        f"http://127.0.0.1:41002/metrics --db 'sqlite:///{tmp_path}/b s.db' --model unbatched"
+        "batchscope apply --triton http://127.0.0.1:41000 "
+        f"--db 'sqlite:///{tmp_path}/b s.db' --model unbatched"
     )
-    hidden = apply_command("http://h:1", "http://h:2/metrics", "postgresql://u:secret@db/x", "m")
+    hidden = apply_command("http://h:1", "postgresql://u:secret@db/x", "m")
     assert "secret" not in hidden and "postgresql://u:***@db/x" in hidden

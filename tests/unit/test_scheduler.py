@@ -191,3 +191,20 @@ def test_stored_rates_come_from_the_rates_module(tmp_path: Path, healthy_url: st
     finally:
         store.close()
         source.close()
+
+
+def test_a_run_writes_down_where_each_triton_is_scraped(healthy_url: str, tmp_path: Path) -> None:
+    target = target_from_url(healthy_url, f"{healthy_url}/metrics", name="served")
+    settings = Settings(targets=(target,), db_url=f"sqlite:///{tmp_path}/e.db", interval_s=1.0)
+    store = Store(settings.db_url)
+    service = CollectorService(settings, store, [TritonSource(target, timeout_s=2.0)])
+    try:
+        assert service.run_source(service.sources[0])
+        [state] = store.targets()
+        assert (state.name, state.url, state.metrics_url) == (
+            "served",
+            healthy_url,
+            f"{healthy_url}/metrics",
+        )
+    finally:
+        store.close()
