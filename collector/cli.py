@@ -16,6 +16,7 @@ import argparse
 import errno
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -35,6 +36,8 @@ log = logging.getLogger("batchscope")
 
 EXIT_NOTHING_DONE, EXIT_CONFIG, EXIT_REFUSED, EXIT_ROLLED_BACK, EXIT_UNREACHABLE = 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130
+#: The shell's status for a command whose output pipe closed (128 + SIGPIPE).
+EXIT_BROKEN_PIPE = 141
 DEFAULT_PORT = 8050
 
 
@@ -635,7 +638,9 @@ def _run(args: argparse.Namespace) -> int:
     from collector.apply import TargetUnreachable
 
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe is handled, not at exit
+        return status
     except ConfigError as exc:
         status, message = EXIT_CONFIG, str(exc)
     except TargetUnreachable as exc:
@@ -653,6 +658,11 @@ def _run(args: argparse.Namespace) -> int:
         status, message = EXIT_NOTHING_DONE, str(exc)
     except KeyboardInterrupt:
         status, message = EXIT_INTERRUPTED, "interrupted"
+    except BrokenPipeError:
+        # The reader went away (`status | head`): what it did not read is nobody's loss.
+        # Point stdout at /dev/null so Python's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except OSError as exc:  # the UI's port is taken, or not ours to bind
         if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise

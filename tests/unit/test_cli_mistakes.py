@@ -268,3 +268,31 @@ def test_a_taken_ui_port_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert status == 2, out + err
     assert "Traceback" not in err
     assert "batchscope: invalid setting port: cannot listen there" in err
+
+
+def test_a_reader_that_goes_away_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`batchscope status | head -1`: the pipe is closed before status is written."""
+    import os
+
+    from collector.store import Store
+
+    db = f"sqlite:///{tmp_path}/p.db"
+    store = Store(db)
+    try:  # a store with one target and no samples: status still prints its lines
+        store.record_endpoints("t:8000", url="http://t:8000", metrics_url="http://t:8002/metrics")
+    finally:
+        store.close()
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first byte
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "collector.cli", "status", "--db", db],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    stderr = out.stderr.decode()
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert out.returncode == 141
