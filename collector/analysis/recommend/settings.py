@@ -30,7 +30,7 @@ class RecommendSettings:
     refine: int = 4
     screen_requests: int = 1500  # requests per simulation while screening candidates
     final_requests: int = 3000  # requests per simulation for the finalists
-    finalists: int = 3
+    finalists: int = 5
     seed: int = 1
     final_seeds: tuple[int, ...] = (1,)
     # Earlier windows (ending this many window lengths before now) the batcher model
