@@ -24,7 +24,6 @@ from sqlalchemy.engine import make_url
 from collector.config import Settings, load_settings, target_from_url
 from collector.errors import ConfigError
 from collector.process_control import stop_on_signals
-from collector.serve import Service
 from collector.testbed.load import run_load
 from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import StartCancelled, TritonServer
@@ -153,6 +152,10 @@ def _serve_demo(
     )
     target = target_from_url(server.http_url, server.metrics_url)
     settings = settings.model_copy(update={"targets": (target,)})
+    # Imported here: every command's parser reads this module, and the service pulls in
+    # the analysis, the store and the UI, which only the running demo needs.
+    from collector.serve import Service
+
     service = Service(settings, host="127.0.0.1", port=port, refresh_s=2.0)
     driver = threading.Thread(target=_drive, args=(server.grpc_url, stop), name="load", daemon=True)
     service.start()
