@@ -292,6 +292,8 @@ def _print_recommendations(findings: Sequence[Any], recs: Sequence[Any]) -> None
 
 
 def _recommendation_json(rec: Any) -> dict[str, Any]:
+    from collector.analysis.recommend import recommendation_figures
+
     return {
         "target": rec.target,
         "model": rec.model,
@@ -299,6 +301,8 @@ def _recommendation_json(rec: Any) -> dict[str, Any]:
         "changes": [{"field": c.field, "from": c.before, "to": c.after} for c in rec.changes],
         "current": asdict(rec.current),
         "predicted": asdict(rec.predicted),
+        # The one current figure and gain every view shows (None: no gain claimed).
+        "figures": asdict(recommendation_figures(rec)),
         "confidence": rec.confidence,
         "reason": rec.reason,
         "slo_p95_ms": rec.slo_p95_ms,

@@ -129,6 +129,9 @@ def test_recommend_then_apply_keeps_a_good_change(
         "config_json",
     } <= set(rec)
     assert {"field": "dynamic_batching", "from": False, "to": True} in rec["changes"]
+    # A probe measures; it claims no gain, and its one current figure is what was measured.
+    assert rec["figures"]["gain"] is None
+    assert rec["figures"]["current_qps"] == rec["current"]["qps"]
 
     with background_load(server, concurrency=16, seconds=12):
         out = cli(
