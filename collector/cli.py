@@ -250,6 +250,7 @@ def _recommend(store: Any, settings: Any, args: argparse.Namespace) -> tuple[lis
     """Active findings, and a stored recommendation per model with enough traffic."""
     from collector.analysis.detect import detector_settings, run_detectors
     from collector.analysis.recommend import recommend_model
+    from collector.analysis.recommend.settings import DEFAULT_SETTINGS
 
     targets = (
         [t.name for t in settings.targets]
@@ -263,6 +264,9 @@ def _recommend(store: Any, settings: Any, args: argparse.Namespace) -> tuple[lis
             "model",
             f"unknown model {args.model!r}; known models: {', '.join(known) or 'none yet'}",
         )
+    if args.window is not None and args.window <= 0:
+        raise ConfigError("window", f"must be > 0, got {args.window:g}")
+    window_s = DEFAULT_SETTINGS.window_s if args.window is None else args.window
     findings = list(run_detectors(store, detector_settings(settings.analysis)))
     if args.model:
         findings = [f for f in findings if f.subject == args.model]
@@ -272,7 +276,7 @@ def _recommend(store: Any, settings: Any, args: argparse.Namespace) -> tuple[lis
             if args.model and model != args.model:
                 continue
             slo = args.slo_p95_ms if args.slo_p95_ms is not None else settings.slo_p95_ms.get(model)
-            rec = recommend_model(store, target, model, slo_p95_ms=slo, window_s=args.window)
+            rec = recommend_model(store, target, model, slo_p95_ms=slo, window_s=window_s)
             if rec is not None:
                 store.add_recommendation(rec)
                 recs.append(rec)
@@ -539,9 +543,10 @@ def _add_advice_commands(sub: Any) -> None:
     recommend.add_argument(
         "--window",
         type=float,
-        default=30.0,
+        default=None,
         metavar="S",
-        help="the load to recommend for: the last S seconds (default 30)",
+        help="the load to recommend for: the last S seconds (default: the recommender's "
+        "window, a minute)",
     )
     recommend.add_argument(
         "--observe",

@@ -21,7 +21,7 @@ from collector.analysis.recommend.cache import (
 )
 from collector.analysis.recommend.observe import observe_windows
 from collector.analysis.recommend.search import recommend_from_observation
-from collector.analysis.recommend.settings import RecommendSettings
+from collector.analysis.recommend.settings import DEFAULT_SETTINGS, RecommendSettings
 from collector.records import Recommendation
 from collector.store import Store
 
@@ -36,7 +36,7 @@ def recommend_model(
     model: str,
     *,
     slo_p95_ms: float | None = None,
-    window_s: float = 30.0,
+    window_s: float = DEFAULT_SETTINGS.window_s,
     now: float | None = None,
     settings: RecommendSettings | None = None,
 ) -> Recommendation | None:
@@ -76,7 +76,7 @@ def store_recommendation(store: Store, rec: Recommendation) -> int:
 
 
 def recommender_job(
-    slo_p95_ms: Mapping[str, float] | None = None, *, window_s: float = 30.0
+    slo_p95_ms: Mapping[str, float] | None = None, *, window_s: float = DEFAULT_SETTINGS.window_s
 ) -> Callable[[Store, float], list[int]]:
     """The recommender as a scheduler analysis (``CollectorService(analyses=[...])``):
     a recommendation per model with enough traffic in the last ``window_s``, stored."""

@@ -9,7 +9,10 @@ from dataclasses import dataclass
 class RecommendSettings:
     """Knobs of the search. Defaults are meant to be left alone."""
 
-    window_s: float = 30.0  # the load the prediction is for
+    # The load the prediction is for: a minute, so that a load that moves in phases
+    # (the demo's repeats every 50 s) gives the same window on calls seconds apart, and
+    # the advice does not follow whichever phase the last half-minute caught.
+    window_s: float = 60.0
     lookback_s: float = 900.0  # batch_stats and population are taken over this much history
     settle_s: float = 5.0  # ignore this long after a config change
     delays_us: tuple[int, ...] = (0, 100, 250, 500, 1000, 2000, 5000, 10000)
