@@ -15,8 +15,9 @@ STAMP  := $(VENV)/.installed
 LOCK   := requirements.lock
 UV_VERSION := 0.13.9
 # Debian packages the tests need: a C compiler for the fake NVML library, and headless
-# Chromium with its WebDriver for the dashboard's browser tests.
-DEB_PACKAGES := gcc libc6-dev chromium chromium-driver
+# Chromium with its WebDriver for the dashboard's browser tests, and Prometheus (promtool)
+# for the bundled rules' tests.
+DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus
 
 .PHONY: install system-deps demo test unit integration lint lock bench clean
 
