@@ -13,6 +13,7 @@ import yaml
 RULES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 RULES = RULES_DIR / "triton-rules.yml"
 RULE_TESTS = RULES_DIR / "tests" / "triton-rules.test.yml"
+CONFIG = RULES_DIR / "prometheus.yml"
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -43,3 +44,11 @@ def test_every_alert_and_recording_rule_is_tested() -> None:
     assert {r["record"] for r in rules if "record" in r} <= exprs_tested
     # Recording rules follow level:metric:operations.
     assert all(r["record"].count(":") == 2 for r in rules if "record" in r)
+
+
+def test_the_bundled_prometheus_config_loads_the_rules_and_scrapes_triton() -> None:
+    out = _promtool("check", "config", str(CONFIG))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS: 10 rules found" in out.stdout
+    jobs = [c["job_name"] for c in yaml.safe_load(CONFIG.read_text())["scrape_configs"]]
+    assert "triton" in jobs  # the alerts' up{job="triton"}
