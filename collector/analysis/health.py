@@ -17,7 +17,6 @@ fresh sample, and a target not scraped lately is stale, never up.
 from __future__ import annotations
 
 import enum
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -36,7 +35,6 @@ __all__ = [
     "is_fresh",
     "scrape_decides",
     "scrape_interval_s",
-    "series_interval_s",
     "stale_after_s",
     "target_health",
     "target_healths",
@@ -81,13 +79,6 @@ def stale_after_s(interval_s: float) -> float:
 def is_fresh(last_at: float | None, now: float, interval_s: float) -> bool:
     """Whether a reading taken at ``last_at`` (``None``: never) still counts at ``now``."""
     return last_at is not None and now - last_at <= stale_after_s(interval_s)
-
-
-def series_interval_s(times: Sequence[float]) -> float | None:
-    """The scrape interval a series of sample times shows: the median gap between
-    neighbours (robust to one missed scrape); ``None`` with fewer than two samples."""
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
-    return statistics.median(gaps) if gaps else None
 
 
 # --------------------------------------------------------------------------- target health

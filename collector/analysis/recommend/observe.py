@@ -16,7 +16,7 @@ from collector.analysis.fit import (
     fit_service_time,
     mean_execution_ms,
 )
-from collector.analysis.health import is_fresh, series_interval_s
+from collector.analysis.health import DEFAULT_INTERVAL_S, is_fresh, scrape_interval_s
 from collector.analysis.rates import (
     gauge_mean,
     increase_from_rates,
@@ -62,6 +62,7 @@ class ModelHistory:
     processes: tuple[StoredProcess, ...] = ()
     servers: tuple[StoredServer, ...] = ()
     host: HostFacts | None = None
+    interval_s: float = DEFAULT_INTERVAL_S  # how often the target is scraped
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,7 @@ def read_history(
         ),
         servers=tuple(store.server_samples(target=target, since=since, until=now)),
         host=store.host_facts(target),
+        interval_s=scrape_interval_s(next((t for t in store.targets() if t.name == target), None)),
     )
 
 
@@ -199,16 +201,15 @@ def observation_from(
 ) -> Observation | None:
     """The model inputs of the window ending at ``history.until`` (now); None when
     fewer than three samples or no requests were seen in it, no config is known, or
-    the newest sample is stale (``health.is_fresh`` at the series' own interval).
+    the newest sample is stale (``health.is_fresh`` at the target's scrape interval,
+    the rule status and detection judge by).
     ``lookback`` defaults to ``history``'s own."""
     history_samples = history.samples
     if len(history_samples) < 3 or history.config is None:
         return None
     # Only from fresh data: a model whose newest sample is stale at ``until`` (now)
     # gets nothing, and the window ends at now, not at its last sample.
-    times = [s.collected_at for s in history_samples]
-    interval = series_interval_s(times)
-    if interval is None or not is_fresh(times[-1], history.until, interval):
+    if not is_fresh(history_samples[-1].collected_at, history.until, history.interval_s):
         return None
     stored = history.config
     end = history.until
