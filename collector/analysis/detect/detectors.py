@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from collector.analysis.capacity import idle_instance_equivalents
 from collector.analysis.configs import has_own_batcher_choice, operator_preferred_sizes
 from collector.analysis.detect.settings import DetectorSettings
 from collector.analysis.detect.windows import DetectionWindow, DeviceWindow, ModelWindow
@@ -114,7 +115,7 @@ def _idle_model(m: ModelWindow, settings: DetectorSettings) -> Finding | None:
     busy = m.rates.busy_share
     if busy is None or m.instances is None or busy >= settings.idle_busy_share:
         return None
-    idle = m.instances * (1.0 - min(max(busy, 0.0), 1.0))
+    idle = idle_instance_equivalents(m.instances, busy)
     rps = m.rates.requests_per_s
     has_traffic = rps > settings.traffic_rps
     if not has_traffic:
