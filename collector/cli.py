@@ -1,5 +1,5 @@
 """``batchscope`` subcommands: collect, status, recommend, apply, dashboard, serve,
-testbed up, load, demo.
+exporter, testbed up, load, demo.
 
 Each command loads its settings once, opens one ``Store`` and passes it down. A user
 mistake (an invalid setting), an unreachable server or database, and Ctrl-C end with
@@ -25,6 +25,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from collector.errors import BatchscopeError, ConfigError
+from collector.exporter.cli import add_exporter_command
 
 if TYPE_CHECKING:
     from collector.config import Settings
@@ -636,6 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_collect_commands(sub)
     _add_advice_commands(sub)
     _add_ui_commands(sub)
+    add_exporter_command(sub)
     _add_testbed_commands(sub)
     return parser
 

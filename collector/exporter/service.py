@@ -1,0 +1,210 @@
+"""The exporter sidecar: collector, analysis and ``/metrics`` in one process.
+
+``Exporter`` runs the sources, the per-scrape rates, the detectors and the
+recommender on the collector's scheduler (as ``batchscope serve`` does), over one
+store, and serves through waitress:
+
+* ``/metrics``: every family of ``collector.exporter.families``, from one snapshot of
+  the store per scrape (``SnapshotCollector``), on a registry of its own;
+* ``/healthz``: 200 while the collector's scheduler runs;
+* ``/readyz``: 503 with the reason until every Triton target has been scraped
+  successfully, then 200 while they are up by the one freshness rule
+  (``collector.analysis.health``);
+* ``/``: a landing page linking the above and naming the targets.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from collector.analysis.detect import detector_job, detector_settings
+from collector.analysis.health import HealthState
+from collector.analysis.recommend import recommender_job
+from collector.analysis.status import judge_targets
+from collector.config import Settings
+from collector.exporter.collectors import SnapshotCollector
+from collector.exporter.snapshot import ExporterSnapshot, batchscope_version, take_snapshot
+from collector.scheduler import CollectorService, build_sources
+from collector.serve import every
+from collector.store import Store
+
+__all__ = ["DEFAULT_LISTEN_PORT", "Exporter", "Readiness"]
+
+log = logging.getLogger("batchscope.exporter")
+
+#: Prometheus's list of default exporter ports (9100-9999) is fully allocated; 9478 is
+#: free on common hosts (9400 is DCGM exporter's) and configurable with --listen.
+DEFAULT_LISTEN_PORT = 9478
+
+_StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+_WsgiApp = Callable[[dict[str, Any], _StartResponse], Iterable[bytes]]
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Whether the exporter has something true to export, and why not."""
+
+    ready: bool
+    reason: str
+
+
+class Exporter:
+    """The sidecar over ``settings`` (targets, sources, interval, store). ``start()``
+    binds ``host:port`` first (a taken port raises ``OSError`` before anything runs),
+    then starts the collector and the HTTP server; ``close()`` stops both."""
+
+    def __init__(self, settings: Settings, *, host: str, port: int, threads: int = 4) -> None:
+        self.settings = settings
+        self.store = Store(settings.db_url)
+        # The analysis gauges cover the detectors' window, so they match the findings.
+        self.window_s = detector_settings(settings.analysis).window_s
+        analyses = [
+            detector_job(detector_settings(settings.analysis)),
+            every(settings.recommend_every_s, recommender_job(settings.slo_p95_ms)),
+        ]
+        self.collector = CollectorService(
+            settings, self.store, build_sources(settings), analyses=analyses
+        )
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(self.snapshot))
+        self._version = batchscope_version()
+        self._host, self._port, self._threads = host, port, threads
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._running = False
+
+    # ------------------------------------------------------------------ what it serves
+
+    def snapshot(self) -> ExporterSnapshot:
+        """One scrape's read of the store, judged now."""
+        return take_snapshot(self.store, window_s=self.window_s, version=self._version)
+
+    def healthy(self) -> bool:
+        """Whether the collector's scheduler runs (it owns every scrape and analysis)."""
+        # CollectorService keeps its scheduler to itself; its ``running`` flag is
+        # APScheduler's own, cleared when the scheduler stops.
+        scheduler = self.collector._scheduler
+        return self._running and scheduler is not None and bool(scheduler.running)
+
+    def readiness(self, now: float | None = None) -> Readiness:
+        """Ready once every Triton target is up now (scraped, and lately)."""
+        now = time.time() if now is None else now
+        states = {t.name: t for t in judge_targets(self.store, now)}
+        waiting = []
+        for target in self.settings.targets:
+            judged = states.get(target.name)
+            if judged is None:
+                waiting.append(f"{target.name}: not scraped yet")
+            elif judged.health.state is not HealthState.UP:
+                waiting.append(f"{target.name}: {judged.health.state} ({judged.health.reason})")
+        if waiting:
+            return Readiness(False, "; ".join(waiting))
+        return Readiness(True, "every Triton target is up")
+
+    @property
+    def url(self) -> str:
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        port = self._server.effective_port if self._server is not None else self._port
+        return f"http://{host}:{port}/"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        import waitress
+
+        self.store.open()  # a database that cannot be opened is one line now
+        self._server = waitress.create_server(
+            exporter_app(self),
+            host=self._host,
+            port=self._port,
+            threads=self._threads,
+            ident="batchscope-exporter",
+        )
+        self.collector.start()
+        self._running = True
+        self._thread = threading.Thread(target=self._server.run, name="exporter", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._running = False
+        if self._server is not None:
+            self._server.close()
+            if self._thread is not None:
+                self._thread.join(timeout=10)
+            self._server = None
+        self.collector.shutdown()
+        self.store.close()
+
+    def __enter__(self) -> Exporter:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+def exporter_app(exporter: Exporter) -> _WsgiApp:
+    """The WSGI app: ``/metrics`` through prometheus-client (content negotiation,
+    gzip, ``name[]`` filters), and the health and landing pages."""
+    metrics_app = make_wsgi_app(exporter.registry)
+
+    def app(environ: dict[str, Any], start_response: _StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics":
+            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        if path == "/healthz":
+            ok = exporter.healthy()
+            return _text(start_response, ok, "ok" if ok else "collector not running")
+        if path == "/readyz":
+            readiness = exporter.readiness()
+            return _text(start_response, readiness.ready, readiness.reason)
+        if path == "/":
+            return _page(start_response, landing_page(exporter))
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"not found; see /\n"]
+
+    return app
+
+
+def _text(start_response: _StartResponse, ok: bool, body: str) -> list[bytes]:
+    status = "200 OK" if ok else "503 Service Unavailable"
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+    return [f"{body}\n".encode()]
+
+
+def _page(start_response: _StartResponse, body: str) -> list[bytes]:
+    start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+    return [body.encode()]
+
+
+def landing_page(exporter: Exporter) -> str:
+    """A small HTML page: what this is, its endpoints, and the targets it watches."""
+    targets = "".join(
+        f"<li>{html.escape(t.name)}: <a href='{html.escape(t.url)}'>{html.escape(t.url)}</a>"
+        f" (metrics <a href='{html.escape(t.metrics_url)}'>{html.escape(t.metrics_url)}</a>)"
+        "</li>"
+        for t in exporter.settings.targets
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        "<title>batchscope exporter</title></head><body>"
+        f"<h1>batchscope exporter {html.escape(batchscope_version())}</h1>"
+        "<p>Batch sizes, analysis, findings and recommendations for Prometheus.</p><ul>"
+        "<li><a href='metrics'>/metrics</a>: the exposition</li>"
+        "<li><a href='healthz'>/healthz</a>: 200 while the collector runs</li>"
+        "<li><a href='readyz'>/readyz</a>: 200 while every Triton target is up</li>"
+        f"</ul><h2>Targets</h2><ul>{targets}</ul>"
+        f"<p>Scraped every {exporter.settings.interval_s:g} s; analysis window "
+        f"{exporter.window_s:g} s.</p></body></html>\n"
+    )

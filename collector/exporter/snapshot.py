@@ -1,0 +1,91 @@
+"""One scrape's view of the store: ``ExporterSnapshot``, read once per ``/metrics``.
+
+Every figure in it comes from the function that computes it elsewhere: the status
+(``collector.analysis.status.build_status``: targets judged from now, window rates,
+effective configs, devices, processes), the store's active findings and stored
+recommendations, and the latest ``batch_stats`` of each fresh series. The collectors
+(``collector.exporter.collectors``) only turn this record into metric families, so
+every family of one scrape describes the same moment.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+
+from collector.analysis.health import TRITON_KIND, is_fresh, scrape_interval_s, stale_after_s
+from collector.analysis.status import StatusReport, build_status
+from collector.records import ModelSample
+from collector.store import Store, StoredFinding, StoredRecommendation
+
+__all__ = ["ExporterSnapshot", "batchscope_version", "take_snapshot"]
+
+
+def batchscope_version() -> str:
+    """The installed distribution's version (``"unknown"`` when run from a bare tree)."""
+    try:
+        return version("batchscope")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class ExporterSnapshot:
+    """What one scrape exports, read at ``taken_at``.
+
+    ``status`` holds the targets with their health now, each model's rates over the
+    analysis window (``window_s``) and effective config, and the fresh device and
+    process readings. ``latest_stats`` is the newest sample of each series whose
+    newest sample is fresh and carries statistics (cumulative ``batch_stats``).
+    ``findings`` are the active findings, ``recommendations`` the latest stored per
+    (target, model)."""
+
+    taken_at: float
+    window_s: float
+    status: StatusReport
+    latest_stats: tuple[ModelSample, ...]
+    findings: tuple[StoredFinding, ...]
+    recommendations: tuple[StoredRecommendation, ...]
+    version: str
+
+
+def take_snapshot(
+    store: Store, *, window_s: float, now: float | None = None, version: str = ""
+) -> ExporterSnapshot:
+    """Read the store once for one scrape, judged at ``now`` (default: the clock)."""
+    now = time.time() if now is None else now
+    status = build_status(store, window_s=window_s, now=now)
+    latest_by_model: dict[tuple[str, str], StoredRecommendation] = {}
+    for rec in store.recommendations():  # oldest first: the last one per model wins
+        latest_by_model[(rec.target, rec.model)] = rec
+    return ExporterSnapshot(
+        taken_at=now,
+        window_s=window_s,
+        status=status,
+        latest_stats=_latest_fresh_stats(store, status, now),
+        findings=tuple(store.active_findings()),
+        recommendations=tuple(latest_by_model[k] for k in sorted(latest_by_model)),
+        version=version or batchscope_version(),
+    )
+
+
+def _latest_fresh_stats(store: Store, status: StatusReport, now: float) -> tuple[ModelSample, ...]:
+    """The newest sample of each series with statistics, when that sample is fresh by
+    its target's scrape interval (the one freshness rule of ``analysis.health``).
+    Only the stale span is read: an older newest sample would not be fresh anyway."""
+    intervals = {
+        t.name: scrape_interval_s(t.target) for t in status.targets if t.target.kind == TRITON_KIND
+    }
+    if not intervals:
+        return ()
+    since = now - max(stale_after_s(i) for i in intervals.values())
+    newest: dict[tuple[str, str, str], ModelSample] = {}
+    for sample in store.model_samples(since=since, until=now):  # oldest first
+        newest[(sample.target, sample.model, sample.version)] = sample
+    return tuple(
+        s
+        for key, s in sorted(newest.items())
+        if s.stats is not None
+        and is_fresh(s.collected_at, now, intervals.get(s.target, scrape_interval_s(None)))
+    )
