@@ -13,11 +13,13 @@ The methods live with their concern, one file each:
 * ``targets``: up/down bookkeeping, transitions, host facts;
 * ``samples``: raw model, server, device and process samples;
 * ``rollups``: rollups and retention;
-* ``findings``: findings, detector streaks, recommendations.
+* ``findings``: findings, detector streaks, recommendations;
+* ``alerts``: alert states, silences, the notification outbox.
 """
 
 from __future__ import annotations
 
+from collector.store.alerts import AlertsMixin
 from collector.store.findings import FindingsMixin
 from collector.store.rollups import RollupsMixin
 from collector.store.samples import SamplesMixin
@@ -25,7 +27,7 @@ from collector.store.samples import SamplesMixin
 __all__ = ["Store"]
 
 
-class Store(SamplesMixin, RollupsMixin, FindingsMixin):
+class Store(SamplesMixin, RollupsMixin, FindingsMixin, AlertsMixin):
     """Typed storage of everything batchscope collects and concludes; see
     ``collector.store.engine.Database`` for the URL and when the database is opened."""
 
