@@ -78,6 +78,10 @@ class Exporter:
         self._version = batchscope_version()
         self._host, self._port, self._threads = host, port, threads
         self._server: Any = None
+        # The server's sockets (its own and each connection's), so close() can close
+        # the idle keep-alive connections a scraper leaves open: waitress's loop runs
+        # until none is left.
+        self._sockets: dict[int, Any] = {}
         self._thread: threading.Thread | None = None
         self._running = False
 
@@ -125,6 +129,7 @@ class Exporter:
             exporter_app(self),
             host=self._host,
             port=self._port,
+            map=self._sockets,
             threads=self._threads,
             ident="batchscope-exporter",
         )
@@ -137,6 +142,9 @@ class Exporter:
         self._running = False
         if self._server is not None:
             self._server.close()
+            for connection in list(self._sockets.values()):
+                connection.close()
+            self._server.task_dispatcher.shutdown(timeout=5)
             if self._thread is not None:
                 self._thread.join(timeout=10)
             self._server = None
