@@ -16,8 +16,12 @@ LOCK   := requirements.lock
 UV_VERSION := 0.13.9
 # Debian packages the tests need: a C compiler for the fake NVML library, and headless
 # Chromium with its WebDriver for the dashboard's browser tests, and Prometheus (promtool)
-# for the bundled rules' tests.
-DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus
+# for the bundled rules' tests; for the deploy files' tests, systemd (systemd-analyze) and
+# kubectl (kubectl kustomize; this machine image's package, not in Debian's own archive).
+DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus systemd kubectl
+# Installed without their recommended packages: docker-compose (its `config` checks the
+# compose file) would otherwise bring the Docker engine, which no test uses.
+DEB_PACKAGES_BARE := docker-compose
 
 .PHONY: install system-deps demo test unit integration lint lock bench clean
 
@@ -39,12 +43,22 @@ lock:
 
 # Installs missing Debian packages (needs root, as on CI); a no-op when all are present.
 system-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
+	@set -e; missing=""; bare=""; \
+	for p in $(DEB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
+	for p in $(DEB_PACKAGES_BARE); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || bare="$$bare $$p"; \
+	done; \
+	if [ -n "$$missing$$bare" ]; then \
+	  echo "installing Debian packages:$$missing$$bare"; \
+	  apt-get update -q; \
+	fi; \
 	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi; \
+	if [ -n "$$bare" ]; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$bare; \
 	fi
 
 demo: install
