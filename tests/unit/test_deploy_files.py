@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +293,7 @@ def test_the_service_and_the_network_policy_name_the_pod_ports(
 
 
 @pytest.fixture
-def verifiable_units(tmp_path: Path) -> Iterator[list[Path]]:
+def verifiable_units(tmp_path: Path) -> list[Path]:
     """Copies of the units whose ExecStart runs an executable that exists here (verify
     checks it): the install path /opt/batchscope/bin/batchscope becomes a stub."""
     stub = tmp_path / "bin" / "batchscope"
@@ -308,7 +307,7 @@ def verifiable_units(tmp_path: Path) -> Iterator[list[Path]]:
         copy_path = tmp_path / unit.name
         copy_path.write_text(text.replace("/opt/batchscope/bin/batchscope", str(stub)))
         copies.append(copy_path)
-    yield copies
+    return copies
 
 
 def _verify(units: list[Path]) -> subprocess.CompletedProcess[str]:
