@@ -1,0 +1,154 @@
+"""A real Alertmanager (Debian's ``prometheus-alertmanager``), started on a free port
+with a config this test writes: batchscope posts its alert to ``/api/v2/alerts``, and
+Alertmanager forwards it through its own webhook config to a test receiver, firing,
+then resolved once the condition clears. Bounded: each wait is a readiness poll with
+a deadline, and Alertmanager is stopped also on failure."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from alerts.delivery import deliver_due
+from alerts.engine import evaluate_alerts
+from collector.config import AlertSettings, Settings
+from collector.store import Store
+from tests.unit.test_alert_delivery import Receiver
+
+ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as r:
+        yield r
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path, receiver: Receiver) -> Iterator[str]:
+    """Alertmanager on a free port, routing everything to ``receiver`` at once (no
+    group wait), resolved alerts included; yields its base URL."""
+    if shutil.which(ALERTMANAGER) is None:
+        pytest.fail(f"{ALERTMANAGER} is missing: apt-get install prometheus-alertmanager")
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(
+        "route:\n"
+        "  receiver: test\n"
+        "  group_by: [alertname, target]\n"
+        "  group_wait: 0s\n"
+        "  group_interval: 1s\n"
+        "  repeat_interval: 1h\n"
+        "receivers:\n"
+        "  - name: test\n"
+        "    webhook_configs:\n"
+        f"      - url: {receiver.url}/from-alertmanager\n"
+        "        send_resolved: true\n"
+    )
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "alertmanager.log").open("w")
+    process = subprocess.Popen(
+        [
+            ALERTMANAGER,
+            f"--config.file={config}",
+            f"--storage.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+
+        def ready() -> bool:
+            assert process.poll() is None, (tmp_path / "alertmanager.log").read_text()
+            try:
+                return requests.get(f"{url}/-/ready", timeout=1).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        _wait_for("Alertmanager's /-/ready", ready)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
+
+
+def _forwarded(receiver: Receiver, status: str) -> list[dict[str, object]]:
+    return [
+        doc
+        for doc in (json.loads(r.body) for r in receiver.received if r.path == "/from-alertmanager")
+        if doc["status"] == status
+    ]
+
+
+def test_alertmanager_forwards_our_alert_and_its_resolution(
+    tmp_path: Path, alertmanager: str, receiver: Receiver
+) -> None:
+    alerts = AlertSettings(
+        receivers=[{"name": "am", "alertmanager": {"url": alertmanager}}],
+        dashboard_url="http://batchscope:8050",
+    )
+    settings = Settings(alerts=alerts)
+    with Store(f"sqlite:///{tmp_path / 'am.db'}") as store:
+        now = time.time()
+        finding = store.add_finding(
+            kind="batching_off",
+            severity="warning",
+            target="triton-a",
+            subject="resnet",
+            summary="resnet runs without dynamic batching while requests wait",
+            window_start=now - 60,
+            window_end=now,
+            evidence={"requests_per_s": 120.0, "pending_mean": 3.5},
+            created_at=now,
+        )
+        assert len(evaluate_alerts(store, settings, now=now).notifications) == 1
+        assert deliver_due(store, alerts).delivered == 1
+
+        # Alertmanager holds it, with our labels, and forwards it to its webhook.
+        held = requests.get(f"{alertmanager}/api/v2/alerts", timeout=5).json()
+        assert [a["labels"]["alertname"] for a in held] == ["BatchscopeBatchingOff"]
+        assert held[0]["annotations"]["link"].endswith("/model?target=triton-a&model=resnet")
+        _wait_for("the firing alert forwarded", lambda: bool(_forwarded(receiver, "firing")))
+        [firing] = _forwarded(receiver, "firing")
+        [alert] = firing["alerts"]  # type: ignore[index]
+        assert alert["labels"]["model"] == "resnet" and alert["labels"]["severity"] == "warning"
+        assert "requests: 120 req/s" in alert["annotations"]["evidence"]
+
+        # The condition clears: the resolution goes to Alertmanager, and on through it.
+        store.resolve_finding(finding, time.time())
+        report = evaluate_alerts(store, settings, now=time.time())
+        assert [n.alert_status for n in report.notifications] == ["resolved"]
+        assert deliver_due(store, alerts).delivered == 1
+        _wait_for("the resolved alert forwarded", lambda: bool(_forwarded(receiver, "resolved")))
+        [resolved] = _forwarded(receiver, "resolved")
+        assert resolved["alerts"][0]["labels"]["alertname"] == "BatchscopeBatchingOff"  # type: ignore[index]
