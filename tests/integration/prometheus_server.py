@@ -36,7 +36,9 @@ __all__ = [
     "PrometheusServer",
     "RangeSeries",
     "ScrapeJob",
+    "answers_200",
     "free_port",
+    "host_port",
 ]
 
 _POLL_S = 0.1
@@ -76,6 +78,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def answers_200(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 now (a refused connection is a no)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:  # URLError and HTTPError included
+        return False
 
 
 def host_port(url: str) -> str:
@@ -156,7 +167,7 @@ class PrometheusServer:
             raise
 
     def _wait_ready(self, deadline: float) -> None:
-        while not self._answers(f"{self.url}/-/ready"):
+        while not answers_200(f"{self.url}/-/ready"):
             self._check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Prometheus not ready at {self.url}; log: {self.log_path}")
@@ -176,14 +187,6 @@ class PrometheusServer:
         if self._proc is not None and self._proc.poll() is not None:
             log = self.log_path.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"Prometheus exited with {self._proc.returncode}:\n{log}")
-
-    @staticmethod
-    def _answers(url: str) -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return bool(response.status == 200)
-        except (OSError, urllib.error.URLError):
-            return False
 
     def stop(self, timeout_s: float = 10.0) -> None:
         proc, self._proc = self._proc, None
