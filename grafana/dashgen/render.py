@@ -106,8 +106,9 @@ def _timeseries(panel: Panel) -> timeseries.Panel:
 
 
 def _table() -> table.Panel:
-    # Info metrics carry their facts in labels: show the labels, not time and value.
-    hidden = {"Time": True, "Value": True, "__name__": True}
+    # Info metrics carry their facts in labels: show those, not time, value or the
+    # exporter's scrape address (target names the Triton).
+    hidden = {"Time": True, "Value": True, "__name__": True, "job": True, "instance": True}
     return table.Panel().with_transformation(
         dashboard.DataTransformerConfig(id_val="organize", options={"excludeByName": hidden})
     )
@@ -184,6 +185,18 @@ def _datasource_variable() -> builders.DatasourceVariable:
     )
 
 
+def _other_dashboards() -> builders.DashboardLink:
+    """A menu of the other batchscope dashboards, keeping the time range and variables."""
+    return (
+        builders.DashboardLink("batchscope dashboards")
+        .type(dashboard.DashboardLinkType.DASHBOARDS)
+        .tags(["batchscope"])
+        .as_dropdown(True)
+        .include_vars(True)
+        .keep_time(True)
+    )
+
+
 def _annotation(annotation: Annotation) -> builders.AnnotationQuery:
     return (
         builders.AnnotationQuery()
@@ -217,6 +230,7 @@ def _builder(spec: Dashboard, placed: list[Placed]) -> builders.Dashboard:
         .refresh("30s")
         .tooltip(dashboard.DashboardCursorSync.CROSSHAIR)
         .with_variable(_datasource_variable())
+        .link(_other_dashboards())
     )
     for variable in spec.variables:
         builder = builder.with_variable(_variable(variable))
