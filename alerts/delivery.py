@@ -24,7 +24,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
@@ -151,9 +151,11 @@ def deliver_due(
     session: requests.Session | None = None,
     rng: random.Random | None = None,
     clock: Callable[[], float] = time.time,
+    only: Collection[str] | None = None,
 ) -> DeliveryReport:
-    """Try every notification due at ``now`` once, oldest first, and record each
-    outcome before the next; returns what became of them."""
+    """Try every notification due at ``now`` once (or those whose webhook-id is in
+    ``only``), oldest first, and record each outcome before the next; returns what
+    became of them."""
     now = clock() if now is None else now
     rng = rng or random.Random()
     report = DeliveryReport()
@@ -162,6 +164,8 @@ def deliver_due(
     http = session or requests.Session()
     try:
         for n in store.due_notifications(now):
+            if only is not None and n.webhook_id not in only:
+                continue
             if n.receiver in gone:
                 _finish(store, n, "gone", f"receiver gone: {gone[n.receiver]}", clock())
                 report.gone += 1

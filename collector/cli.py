@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from alerts.cli import add_alerts_command
 from collector.errors import BatchscopeError, ConfigError
 from collector.exporter.cli import add_exporter_command
 
@@ -638,6 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_advice_commands(sub)
     _add_ui_commands(sub)
     add_exporter_command(sub)
+    add_alerts_command(sub)
     _add_testbed_commands(sub)
     return parser
 
