@@ -29,8 +29,8 @@ __all__ = [
 
 DATASOURCE_VARIABLE = "datasource"
 # The uid of the datasource grafana/provisioning/datasources/batchscope.yaml creates: the
-# datasource variable starts on it, and Grafana falls back to its default Prometheus
-# where it does not exist (an import by hand).
+# datasource variable starts on it, so provisioned dashboards resolve without a click;
+# after an import by hand the user picks a Prometheus in the variable.
 PROVISIONED_DATASOURCE_UID = "batchscope-prometheus"
 PROVISIONED_DATASOURCE_NAME = "Prometheus (batchscope)"
 _DATASOURCE = dashboard.DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VARIABLE}}}")
