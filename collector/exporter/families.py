@@ -202,20 +202,20 @@ FAMILIES: tuple[Family, ...] = (
         "batchscope_process_cpu_cores",
         Kind.GAUGE,
         "CPU used by a Triton process or Python-backend model instance, in cores.",
-        ("target", "pid", "role", "model", "instance"),
+        ("target", "pid", "role", "model", "model_instance"),
     ),
     Family(
         "batchscope_process_sm_utilization_ratio",
         Kind.GAUGE,
         "Share of the GPU's SMs used by the process (NVML per-process utilisation).",
-        ("target", "pid", "model", "instance", "gpu_uuid"),
+        ("target", "pid", "model", "model_instance", "gpu_uuid"),
         needs_gpu=True,
     ),
     Family(
         "batchscope_process_gpu_memory_bytes",
         Kind.GAUGE,
         "GPU memory used by the process.",
-        ("target", "pid", "model", "instance", "gpu_uuid"),
+        ("target", "pid", "model", "model_instance", "gpu_uuid"),
         needs_gpu=True,
     ),
     Family(

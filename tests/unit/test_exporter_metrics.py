@@ -299,7 +299,7 @@ def test_sources_devices_and_processes(store: Store) -> None:
     assert _value(samples, "batchscope_device_utilization_ratio", **gpu) == 0.2
     assert _value(samples, "batchscope_device_sm_active_ratio", **gpu) == 0.15
     assert _value(samples, "batchscope_device_memory_used_bytes", **gpu) == 2 * 1024**3
-    process = {"pid": "77", "gpu_uuid": "GPU-A", "model": "", "instance": ""}
+    process = {"pid": "77", "gpu_uuid": "GPU-A", "model": "", "model_instance": ""}
     assert _value(samples, "batchscope_process_sm_utilization_ratio", **process) == 0.12
     assert _value(samples, "batchscope_process_gpu_memory_bytes", **process) == 1024**3
     server = {"target": TARGET, "pid": "4242", "role": "server"}
