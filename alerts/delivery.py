@@ -25,7 +25,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
 import requests
@@ -74,6 +74,8 @@ class DeliveryReport:
     retried: int = 0
     dead: int = 0
     gone: int = 0
+    # Slack receivers sent to in this call (one message each).
+    slack_sent: set[str] = field(default_factory=set)
 
     @property
     def tried(self) -> int:
@@ -152,42 +154,86 @@ def deliver_due(
     rng: random.Random | None = None,
     clock: Callable[[], float] = time.time,
     only: Collection[str] | None = None,
+    limit: int = 100,
 ) -> DeliveryReport:
-    """Try every notification due at ``now`` once (or those whose webhook-id is in
-    ``only``), oldest first, and record each outcome before the next; returns what
-    became of them."""
+    """Try the notifications due at ``now`` once each (those whose webhook-id is in
+    ``only``, when given; at most ``limit``), oldest first: each is claimed in the
+    store first (``Store.claim_due_notification``), so two deliveries on one store do
+    not send it twice, and its outcome is recorded before the next. A Slack receiver
+    gets at most one message per call (Slack takes about one a second; the worker
+    calls every second). Returns what became of them."""
     now = clock() if now is None else now
     rng = rng or random.Random()
     report = DeliveryReport()
     gone = store.receivers_gone()
+    # Claimed for longer than one try can take, so a live delivery never loses its claim.
+    lease_s = settings.timeout_s * 2 + 30.0
+    held_back: list[Notification] = []
+    tried: list[int] = []  # each is tried once per call, even if due again already
     own_session = session is None
     http = session or requests.Session()
     try:
-        for n in store.due_notifications(now):
-            if only is not None and n.webhook_id not in only:
-                continue
-            if n.receiver in gone:
-                _finish(store, n, "gone", f"receiver gone: {gone[n.receiver]}", clock())
-                report.gone += 1
-                continue
-            try:
-                receiver = settings.receiver(n.receiver)
-            except KeyError:
-                error = f"no receiver named {n.receiver!r} in the settings"
-                _finish(store, n, "dead", error, clock())
-                report.dead += 1
-                continue
-            answer = post_notification(
-                n, receiver, session=http, timeout_s=settings.timeout_s, now=clock()
+        for _ in range(limit):
+            n = store.claim_due_notification(
+                now,
+                lease_s=lease_s,
+                webhook_ids=None if only is None else list(only),
+                skip_ids=tried,
             )
-            outcome = _record(store, n, answer, settings, rng, clock())
-            setattr(report, outcome, getattr(report, outcome) + 1)
-            if outcome == "gone":
+            if n is None:
+                break
+            tried.append(n.id)
+            outcome = _deliver_one(store, n, settings, gone, http, rng, clock, report)
+            if outcome == "held_back":
+                held_back.append(n)
+            elif outcome == "gone":
                 gone = store.receivers_gone()
     finally:
+        for n in held_back:  # due again at once, for the next call
+            store.record_delivery_attempt(
+                n.id,
+                state="pending",
+                attempts=n.attempts,
+                next_attempt_at=n.next_attempt_at,
+                last_status=n.last_status,
+                last_error=n.last_error,
+                finished_at=None,
+            )
         if own_session:
             http.close()
     return report
+
+
+def _deliver_one(
+    store: Store,
+    n: Notification,
+    settings: AlertSettings,
+    gone: dict[str, str],
+    http: requests.Session,
+    rng: random.Random,
+    clock: Callable[[], float],
+    report: DeliveryReport,
+) -> str:
+    """Deliver one claimed notification and count it in ``report``; returns its
+    outcome (``"held_back"``: a second Slack message in this call, not tried)."""
+    if n.receiver in gone:
+        _finish(store, n, "gone", f"receiver gone: {gone[n.receiver]}", clock())
+        report.gone += 1
+        return "gone"
+    try:
+        receiver = settings.receiver(n.receiver)
+    except KeyError:
+        _finish(store, n, "dead", f"no receiver named {n.receiver!r} in the settings", clock())
+        report.dead += 1
+        return "dead"
+    if receiver.slack is not None:
+        if receiver.name in report.slack_sent:
+            return "held_back"
+        report.slack_sent.add(receiver.name)
+    answer = post_notification(n, receiver, session=http, timeout_s=settings.timeout_s, now=clock())
+    outcome = _record(store, n, answer, settings, rng, clock())
+    setattr(report, outcome, getattr(report, outcome) + 1)
+    return outcome
 
 
 def _finish(store: Store, n: Notification, state: str, error: str, at: float) -> None:

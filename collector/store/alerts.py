@@ -307,6 +307,46 @@ class AlertsMixin(Database):
         with self._read() as session:
             return [record_from(Notification, r) for r in session.execute(stmt).mappings()]
 
+    def claim_due_notification(
+        self,
+        now: float,
+        *,
+        lease_s: float,
+        webhook_ids: Sequence[str] | None = None,
+        skip_ids: Sequence[int] = (),
+    ) -> Notification | None:
+        """The oldest pending notification due at ``now`` (of ``webhook_ids``, when
+        given; not one of ``skip_ids``), claimed for ``lease_s``: its next attempt
+        moves to ``now + lease_s`` in the same transaction, so another delivery on the
+        same store does not take it meanwhile, and one that dies while trying it
+        leaves it to be tried again once the lease ends. ``None`` when nothing is
+        due. The notification is returned as it was before the claim."""
+        table = NotificationRow
+        stmt = (
+            select(*columns(table))
+            .where(table.state == "pending", table.next_attempt_at <= now)
+            .order_by(table.next_attempt_at, table.id)
+            .limit(1)
+        )
+        if webhook_ids is not None:
+            stmt = stmt.where(table.webhook_id.in_(list(webhook_ids)))
+        if skip_ids:
+            stmt = stmt.where(table.id.not_in(list(skip_ids)))
+        if self._dialect == "postgresql":
+            # SQLite's write transaction (BEGIN IMMEDIATE) already excludes others.
+            stmt = stmt.with_for_update(skip_locked=True)
+        with self._write() as session:
+            row = session.execute(stmt).mappings().first()
+            if row is None:
+                return None
+            claimed = record_from(Notification, row)
+            session.execute(
+                update(table)
+                .where(table.id == claimed.id)
+                .values(next_attempt_at=float(now) + lease_s)
+            )
+            return claimed
+
     def notifications(
         self, *, state: str | None = None, receiver: str | None = None, limit: int | None = None
     ) -> list[Notification]:
