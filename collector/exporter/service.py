@@ -5,7 +5,8 @@ recommender on the collector's scheduler (as ``batchscope serve`` does), over on
 store, and serves through waitress:
 
 * ``/metrics``: every family of ``collector.exporter.families``, from one snapshot of
-  the store per scrape (``SnapshotCollector``), on a registry of its own;
+  the store per scrape (``SnapshotCollector``), built ahead once per collector
+  interval (``SnapshotKeeper``), on a registry of its own;
 * ``/healthz``: 200 while the collector's scheduler runs;
 * ``/readyz``: 503 with the reason until every Triton target has been scraped
   successfully, then 200 while they are up by the one freshness rule
@@ -31,6 +32,7 @@ from collector.analysis.recommend import recommender_job
 from collector.analysis.status import judge_targets
 from collector.config import Settings
 from collector.exporter.collectors import SnapshotCollector
+from collector.exporter.keeper import SnapshotKeeper
 from collector.exporter.snapshot import ExporterSnapshot, batchscope_version, take_snapshot
 from collector.scheduler import CollectorService, build_sources
 from collector.serve import every
@@ -73,9 +75,17 @@ class Exporter:
         self.collector = CollectorService(
             settings, self.store, build_sources(settings), analyses=analyses
         )
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(self.snapshot))
         self._version = batchscope_version()
+        # Built once per collector interval; served while younger than two (a build
+        # takes well under an interval), so a scrape does not wait for the store.
+        self.keeper = SnapshotKeeper(
+            self.snapshot, period_s=settings.interval_s, max_age_s=2 * settings.interval_s
+        )
+        # A registry of its own: the process and platform collectors of the default
+        # one describe this Python process, which Prometheus's own `up` and the
+        # node's exporter already cover; they would only add series to every scrape.
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(self.keeper.current))
         self._host, self._port, self._threads = host, port, threads
         self._server: Any = None
         # The server's sockets (its own and each connection's), so close() can close
@@ -83,13 +93,15 @@ class Exporter:
         # until none is left.
         self._sockets: dict[int, Any] = {}
         self._thread: threading.Thread | None = None
+        self._keeper_thread: threading.Thread | None = None
+        self._stop_keeper = threading.Event()
         self._running = False
 
     # ------------------------------------------------------------------ what it serves
 
-    def snapshot(self) -> ExporterSnapshot:
-        """One scrape's read of the store, judged now."""
-        return take_snapshot(self.store, window_s=self.window_s, version=self._version)
+    def snapshot(self, now: float | None = None) -> ExporterSnapshot:
+        """One read of the store for the scrapes, judged at ``now`` (default: now)."""
+        return take_snapshot(self.store, window_s=self.window_s, now=now, version=self._version)
 
     def healthy(self) -> bool:
         """Whether the collector's scheduler runs (it owns every scrape and analysis)."""
@@ -137,9 +149,16 @@ class Exporter:
         self._running = True
         self._thread = threading.Thread(target=self._server.run, name="exporter", daemon=True)
         self._thread.start()
+        self._keeper_thread = threading.Thread(
+            target=self.keeper.run, args=(self._stop_keeper,), name="snapshots", daemon=True
+        )
+        self._keeper_thread.start()
 
     def close(self) -> None:
         self._running = False
+        self._stop_keeper.set()
+        if self._keeper_thread is not None:
+            self._keeper_thread.join(timeout=10)
         if self._server is not None:
             self._server.close()
             for connection in list(self._sockets.values()):
