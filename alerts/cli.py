@@ -6,7 +6,8 @@ to one receiver; silences (registered by ``collector.cli``).
 * ``batchscope alerts test --receiver NAME``: put a test notification in the outbox
   and deliver it now; exit 0 when the receiver took it;
 * ``batchscope alerts silence [--rule R] [--target T] [--subject S] --for 2h``: hold
-  back notifications of matching alerts; ``--list`` shows them, ``--end ID`` ends one.
+  back notifications of matching alerts; ``--list`` shows them, ``--end ID`` ends one;
+* ``batchscope alerts run``: evaluate the rules and deliver the outbox until stopped.
 
 Only ``argparse`` is imported when the parser is built; the rest when a command runs.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import sys
 import time
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
     from collector.store.alerts import AlertState, Notification, Silence
 
 __all__ = ["add_alerts_command", "parse_duration_s"]
+
+log = logging.getLogger("batchscope.alerts")
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: The fingerprint of ``alerts test``'s notifications.
@@ -83,6 +87,23 @@ def add_alerts_command(sub: Any) -> None:
     silence.add_argument("--list", action="store_true", help="list the silences in force")
     silence.add_argument("--end", type=int, metavar="ID", help="end silence ID now")
     silence.set_defaults(func=_cmd_silence)
+
+    run = commands.add_parser(
+        "run",
+        help="evaluate the alert rules and deliver notifications until stopped",
+        description="Evaluate the alert rules on the store every analysis_every_s and "
+        "deliver the outbox every alerts.deliver_every_s, until SIGTERM or Ctrl-C. "
+        "Notifications left pending by an earlier run are delivered too. Run one per "
+        "store.",
+    )
+    _common(run)
+    run.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    run.add_argument(
+        "--deliver-only",
+        action="store_true",
+        help="only deliver the outbox; another process evaluates the rules",
+    )
+    run.set_defaults(func=_cmd_run)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -291,6 +312,39 @@ def _cmd_silence(args: argparse.Namespace) -> int:
         if args.list:
             for s in store.silences(active_at=now):
                 print(_silence_line(s))
+    finally:
+        store.close()
+    return 0
+
+
+# --------------------------------------------------------------------------- run
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from alerts.delivery import DeliveryWorker
+    from alerts.engine import evaluate_alerts
+    from collector.cli import _stop_on_signals
+
+    if args.duration is not None and args.duration <= 0:
+        raise ConfigError("duration", f"must be > 0, got {args.duration:g}")
+    settings = _settings(args)
+    stop = _stop_on_signals()
+    store = _store(settings)
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    try:
+        with DeliveryWorker(store, settings.alerts):
+            while not stop.is_set():
+                if not args.deliver_only:
+                    try:
+                        evaluate_alerts(store, settings)
+                    except Exception:  # a store hiccup: the next pass tries again
+                        log.exception("alert evaluation failed; trying again")
+                wait = settings.analysis_every_s
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        break
+                stop.wait(wait)
     finally:
         store.close()
     return 0

@@ -166,8 +166,9 @@ def deliver_due(
     rng = rng or random.Random()
     report = DeliveryReport()
     gone = store.receivers_gone()
-    # Claimed for longer than one try can take, so a live delivery never loses its claim.
-    lease_s = settings.timeout_s * 2 + 30.0
+    # Claimed for longer than one try can take (connect and read, each up to the
+    # timeout), so a live delivery never loses its claim to another.
+    lease_s = settings.timeout_s * 2 + 5.0
     held_back: list[Notification] = []
     tried: list[int] = []  # each is tried once per call, even if due again already
     own_session = session is None
@@ -309,12 +310,15 @@ def _record(
 
 
 class DeliveryWorker:
-    """Delivers from the outbox in a thread, every ``poll_s``, until ``stop()``."""
+    """Delivers from the outbox in a thread, every ``poll_s`` (default: the settings'
+    ``deliver_every_s``), until ``stop()``."""
 
-    def __init__(self, store: Store, settings: AlertSettings, *, poll_s: float = 1.0) -> None:
+    def __init__(
+        self, store: Store, settings: AlertSettings, *, poll_s: float | None = None
+    ) -> None:
         self._store = store
         self._settings = settings
-        self._poll_s = poll_s
+        self._poll_s = settings.deliver_every_s if poll_s is None else poll_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

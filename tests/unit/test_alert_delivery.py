@@ -45,8 +45,9 @@ class Receiver:
     """A real HTTP server on 127.0.0.1 (a free port) answering each POST with the next
     scripted (status, headers), then 200; it records every request and, given a
     secret, verifies each signature with ``standardwebhooks`` and answers 401 to a bad
-    one. ``port`` 0 (the default) takes a free one. Use as a context manager: the server
-    stops on exit, also on failure."""
+    one. ``port`` 0 (the default) takes a free one. With ``hold_first``, the first
+    request is recorded at once but answered only once that event is set. Use as a
+    context manager: the server stops on exit, also on failure."""
 
     def __init__(
         self,
@@ -54,11 +55,13 @@ class Receiver:
         secret: str | None = None,
         script: Sequence[tuple[int, dict[str, str]]] = (),
         port: int = 0,
+        hold_first: threading.Event | None = None,
     ) -> None:
         self.received: list[Received] = []
         self._script = list(script)
         self._lock = threading.Lock()
         self._verifier = Webhook(secret) if secret else None
+        self._hold_first = hold_first
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -94,6 +97,9 @@ class Receiver:
             if verified is False:
                 status, extra = 401, {}
             self.received.append(Received(time.time(), path, headers, body, status, verified))
+            hold, self._hold_first = self._hold_first, None
+        if hold is not None:
+            hold.wait(30)
         return status, extra
 
     def delivered(self) -> dict[str, str]:
