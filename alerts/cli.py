@@ -36,6 +36,8 @@ __all__ = ["add_alerts_command", "parse_duration_s"]
 log = logging.getLogger("batchscope.alerts")
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# How often ``alerts run`` forgets what is older than ``alerts.keep_s``.
+_PRUNE_EVERY_S = 3600.0
 #: The fingerprint of ``alerts test``'s notifications.
 TEST_FINGERPRINT = "test"
 
@@ -331,9 +333,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     stop = _stop_on_signals()
     store = _store(settings)
     deadline = None if args.duration is None else time.monotonic() + args.duration
+    pruned_at = -float("inf")
     try:
         with DeliveryWorker(store, settings.alerts):
             while not stop.is_set():
+                if time.monotonic() - pruned_at >= _PRUNE_EVERY_S:
+                    store.prune_alerts(time.time() - settings.alerts.keep_s)
+                    pruned_at = time.monotonic()
                 if not args.deliver_only:
                     try:
                         evaluate_alerts(store, settings)

@@ -59,6 +59,7 @@ YAML file (all keys optional)::
       backoff_max_s: 600           # ... up to this
       timeout_s: 10                # one delivery's HTTP timeout
       deliver_every_s: 1           # the outbox is looked at this often
+      keep_s: 2592000              # sent notifications, resolved alerts kept this long
       failure_share: 0.05          # failed share of requests that fires failure_rate
       no_data_resolve_s: 900       # an alert without fresh data this long resolves
       rules: {queue_saturation: {for_s: 60, severity: critical}, batch_below_preferred:
@@ -460,6 +461,8 @@ class AlertSettings(BaseModel):
     backoff_max_s: Seconds = 600.0
     timeout_s: Seconds = 10.0
     deliver_every_s: Seconds = 1.0  # how often the outbox is looked at for due sends
+    # Finished notifications, resolved alerts and ended silences are kept this long.
+    keep_s: Seconds = 30 * 86400.0
     failure_share: Annotated[Positive, Field(le=1)] = 0.05
     # An alert whose condition could not be evaluated (no fresh data) for this long
     # resolves: nothing is known of it any more.

@@ -399,6 +399,25 @@ class AlertsMixin(Database):
                 )
             )
 
+    def prune_alerts(self, before: float) -> int:
+        """Forget what is over and older than ``before``: notifications that reached a
+        final state, resolved alerts, ended silences. Pending notifications and active
+        alerts are never touched. Returns how many rows went."""
+        with self._write() as session:
+            deleted = 0
+            for stmt in (
+                delete(NotificationRow).where(
+                    NotificationRow.state != "pending", NotificationRow.finished_at < before
+                ),
+                delete(AlertStateRow).where(
+                    AlertStateRow.state == "resolved", AlertStateRow.resolved_at < before
+                ),
+                delete(SilenceRow).where(SilenceRow.ends_at < before),
+            ):
+                result = session.execute(stmt.execution_options(synchronize_session=False))
+                deleted += int(getattr(result, "rowcount", 0) or 0)
+            return deleted
+
     # ------------------------------------------------------------------ receivers gone
 
     def mark_receiver_gone(self, receiver: str, at: float, reason: str) -> None:

@@ -5,6 +5,7 @@ and adds, lists and ends silences; mistakes are one line and exit 2."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -126,3 +127,35 @@ def test_durations() -> None:
     for bad in ("", "0", "-5m", "2w", "h"):
         with pytest.raises(ConfigError):
             parse_duration_s(bad)
+
+
+def test_alerts_run_evaluates_and_delivers_until_its_duration(tmp_path: Path, db: str) -> None:
+    # The command installs its own SIGTERM and SIGINT handlers: put pytest's back after.
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    now = time.time()
+    with Store(db) as store:
+        store.add_finding(
+            kind="batching_off",
+            severity="warning",
+            target="triton-a",
+            subject="m",
+            summary="m runs without dynamic batching",
+            window_start=now - 30,
+            window_end=now,
+            evidence={"pending_mean": 2.0},
+            created_at=now,
+        )
+    try:
+        with Receiver(secret=SECRET) as receiver:
+            cfg = _config(tmp_path, receiver.url)
+            cfg.write_text("analysis_every_s: 0.2\n" + cfg.read_text())
+            args = ["alerts", "run", "--duration", "1.5", "--config", str(cfg), "--db", db]
+            assert main(args) == 0
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    [got] = receiver.received
+    assert got.verified and json.loads(got.body)["alerts"][0]["labels"]["rule"] == "batching_off"
+    with Store(db) as store:
+        assert [s.state for s in store.alert_states()] == ["firing"]
+        assert [n.state for n in store.notifications()] == ["delivered"]

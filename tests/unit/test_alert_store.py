@@ -137,3 +137,26 @@ def test_delivery_outcomes_and_receivers_gone(store: Store) -> None:
     assert store.receivers_gone() == {"chat": "answered 410 Gone"}
     assert store.clear_receiver_gone("chat") and not store.clear_receiver_gone("chat")
     assert store.receivers_gone() == {}
+
+
+def test_pruning_forgets_only_what_is_over(store: Store) -> None:
+    store.save_alert_evaluation(
+        [alert("old", state="resolved", resolved_at=T0), alert("live", state="firing")],
+        notifications=[note("done", fp="old"), note("waiting", fp="live")],
+    )
+    [done] = [n for n in store.notifications() if n.webhook_id == "done"]
+    store.record_delivery_attempt(
+        done.id,
+        state="delivered",
+        attempts=1,
+        next_attempt_at=T0,
+        last_status=200,
+        last_error=None,
+        finished_at=T0 + 1,
+    )
+    store.add_silence(starts_at=T0, ends_at=T0 + 10)
+    kept = store.add_silence(starts_at=T0, ends_at=T0 + 1000)
+    assert store.prune_alerts(T0 + 100) == 3
+    assert [s.fingerprint for s in store.alert_states()] == ["live"]
+    assert [n.webhook_id for n in store.notifications()] == ["waiting"]
+    assert [s.id for s in store.silences()] == [kept.id]
