@@ -1,49 +1,92 @@
-"""The bundled Prometheus rules, on a real Prometheus scraping a real Triton under load,
-agree with batchscope's own figures for the same window.
+"""The bundled dashboards and Prometheus rules on a real Prometheus scraping a real
+Triton under load and batchscope's exporter beside it.
 
 One CPU testbed (a dynamically batched model and an unbatched one, Triton's latency
-summaries switched on), one ``batchscope collect`` at a 1 s interval into SQLite, and
-one Debian ``prometheus`` scraping Triton every second with
+summaries switched on), ``batchscope exporter`` watching it, one ``batchscope collect``
+at a 1 s interval into SQLite, and one Debian ``prometheus`` scraping Triton
+(job=triton) and the exporter (job=batchscope) every second with
 ``deploy/prometheus/triton-rules.yml`` loaded.  Both models are driven for a little over
-the rules' one-minute window; the recording rules, read at the evaluation that ends
-just before the load does, are compared with ``build_status`` over the same 60 s.
+the rules' one-minute window.  Then:
+
+* the recording rules, read at the evaluation that ends just before the load does,
+  agree with ``build_status`` over the same 60 s (average batch size, queue share,
+  throughput, within 5 %);
+* every panel and annotation query of every bundled dashboard, its template variables
+  filled from their own ``label_values`` queries as Grafana would, runs through
+  ``/api/v1/query_range`` over the loaded window without an error or warning and
+  returns data, except where it needs a GPU (evaluated, may be empty);
+* the live exporter's ``/metrics`` passes ``promtool check metrics``.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from prometheus_server import PrometheusServer, ScrapeJob, host_port
+import yaml
 
 from collector.analysis.status import build_status
 from collector.records import ModelRates
 from collector.store import Store
 from collector.testbed.load import LoadResult, run_load
-from collector.testbed.models import BATCHED_AND_UNBATCHED
+from collector.testbed.models import BATCHED_AND_UNBATCHED, ModelSpec
 from collector.testbed.server import TritonServer
+from grafana.dashgen import DASHBOARDS, Need, panel_queries, substitute
+from grafana.dashgen.spec import Dashboard
+from tests.integration.prometheus_server import (
+    PrometheusQueryError,
+    PrometheusServer,
+    ScrapeJob,
+    answers_200,
+    free_port,
+    host_port,
+)
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "triton-rules.yml"
-MODELS = BATCHED_AND_UNBATCHED
 BATCHED = "batched"
-# Closed-loop clients per model: enough for the batcher to form batches well over 1
-# and for the unbatched model to queue, little enough for a 2-core machine.
-CONCURRENCY = {"batched": 8, "unbatched": 4}
+# A third model that serves a trickle: its instance idles, which is the idle-capacity
+# finding the GPU dashboard's panel shows (on the CPU, by the instances' busy share).
+IDLE = ModelSpec("idle", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32)
+MODELS = (*BATCHED_AND_UNBATCHED, IDLE)
+# Closed-loop clients for the batcher to form batches well over 1 and for the unbatched
+# model to queue, little enough for a 2-core machine; a few requests a second for IDLE.
+LOADS: dict[str, dict[str, float]] = {
+    "batched": {"concurrency": 8},
+    "unbatched": {"concurrency": 4},
+    IDLE.name: {"rate": 5.0},
+}
 RULE_WINDOW_S = 60.0  # the recording rules' rate[1m]
 # The load covers the rule's window plus a few seconds' start-up on either side.
 LOAD_S = RULE_WINDOW_S + 6.0
 SCRAPE_S = 1.0
+# The exporter's analysis at a pace a one-minute test sees: detectors every 5 s over a
+# 20 s window, a finding opening after two evaluations (10 s apart at the least), and a
+# recommendation every 15 s. The defaults (a minute's window, three evaluations) need
+# minutes before the first finding.
+EXPORTER_SETTINGS = {
+    "analysis_every_s": 5,
+    "recommend_every_s": 15,
+    "analysis": {"window_s": 20, "sustain": 2},
+}
+# Grafana's $__rate_interval at a 1 s scrape: four scrapes.
+RATE_INTERVAL = "4s"
+# What this testbed cannot give a panel: it has no NVIDIA GPU.
+NOT_HERE = frozenset({Need.GPU, Need.MIG})
 TOLERANCE = 0.05
 BATCH_RULE = "instance_model:nv_inference_batch_size:ratio_rate1m"
 QUEUE_RULE = "instance_model:nv_inference_queue_duration:ratio_rate1m"
@@ -96,20 +139,59 @@ def collector_db(server: TritonServer, tmp_path_factory: pytest.TempPathFactory)
         yield db_url
     finally:
         store.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def exporter_url(server: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``batchscope exporter`` against the testbed, ready (``/readyz`` 200); yields its URL."""
+    workdir = tmp_path_factory.mktemp("exporter")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
+    settings = workdir / "batchscope.yml"
+    settings.write_text(yaml.safe_dump(EXPORTER_SETTINGS))
+    command = [
+        sys.executable,
+        "-m",
+        "collector.cli",
+        "exporter",
+        *("--triton", server.http_url, "--metrics-url", server.metrics_url),
+        *("--listen", f"127.0.0.1:{port}", "--interval", str(SCRAPE_S)),
+        *("--config", str(settings)),
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with (workdir / "exporter.log").open("wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
+    try:
+        wait_until(
+            lambda: proc.poll() is not None or answers_200(f"{url}/readyz"),
+            30,
+            "the exporter's /readyz",
+        )
+        assert proc.poll() is None, (workdir / "exporter.log").read_text()[-3000:]
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(scope="module")
 def prometheus(
-    server: TritonServer, tmp_path_factory: pytest.TempPathFactory
+    server: TritonServer, exporter_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PrometheusServer]:
-    jobs = [ScrapeJob("triton", (host_port(server.metrics_url),))]
+    jobs = [
+        ScrapeJob("triton", (host_port(server.metrics_url),)),
+        ScrapeJob("batchscope", (host_port(exporter_url),)),
+    ]
     prom = PrometheusServer(
         tmp_path_factory.mktemp("prometheus"), jobs, rule_files=[RULES], interval_s=SCRAPE_S
     )
@@ -119,14 +201,19 @@ def prometheus(
 
 @pytest.fixture(scope="module")
 def loaded(server: TritonServer, collector_db: str, prometheus: PrometheusServer) -> LoadedWindow:
-    """Both models under steady closed-loop load at once, for LOAD_S seconds."""
+    """Every model under its steady load at once, for LOAD_S seconds."""
     start = time.time()
-    with ThreadPoolExecutor(len(CONCURRENCY)) as pool:
+    with ThreadPoolExecutor(len(LOADS)) as pool:
         futures = {
             model: pool.submit(
-                run_load, server.grpc_url, model, concurrency=clients, duration_s=LOAD_S
+                run_load,
+                server.grpc_url,
+                model,
+                concurrency=int(load["concurrency"]) if "concurrency" in load else None,
+                rate=load.get("rate"),
+                duration_s=LOAD_S,
             )
-            for model, clients in CONCURRENCY.items()
+            for model, load in LOADS.items()
         }
         results = {model: f.result() for model, f in futures.items()}
     end = time.time()
@@ -187,3 +274,67 @@ def test_recording_rules_match_batchscopes_figures_for_the_same_window(
     assert pairs[0][0] > 2, f"the batcher formed no batches, nothing to compare\n{report}"
     for rule, batchscope in pairs:
         assert rule == pytest.approx(batchscope, rel=TOLERANCE), report
+
+
+def test_the_exporters_metrics_pass_promtool_check_metrics(
+    exporter_url: str, loaded: LoadedWindow
+) -> None:
+    with urllib.request.urlopen(f"{exporter_url}/metrics", timeout=10) as response:
+        exposition = response.read()
+    # Not a vacuous pass: the loaded model's batch-size counters are in it.
+    assert b"batchscope_model_executions_total{" in exposition
+    assert f'model="{BATCHED}"'.encode() in exposition
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: `make system-deps` installs Debian's prometheus"
+    out = subprocess.run(
+        [promtool, "check", "metrics"], input=exposition, capture_output=True, timeout=30
+    )
+    problems = (out.stdout + out.stderr).decode(errors="replace")
+    assert out.returncode == 0 and not problems.strip(), problems
+
+
+def _variable_values(
+    prom: PrometheusServer, dashboard: Dashboard, loaded: LoadedWindow
+) -> dict[str, str]:
+    """Each template variable of ``dashboard`` filled as Grafana fills it: from its
+    ``label_values`` query (over the loaded window), every value for a multi-value
+    variable (Grafana sends ``(a|b)``, regex-escaped inside a PromQL string), the
+    batched model for a single-value one."""
+    values: dict[str, str] = {}
+    for variable in dashboard.variables:
+        # A variable's selector may name the ones before it ($model names $instance).
+        match = substitute(variable.selector, values=values)
+        found = prom.label_values(variable.label_name, [match], loaded.start, loaded.end)
+        assert found, f"{dashboard.uid}: ${variable.name} ({variable.query}) has no values"
+        if variable.multi:
+            escaped = (re.escape(v).replace("\\", "\\\\") for v in found)
+            values[variable.name] = "(" + "|".join(escaped) + ")"
+        else:
+            values[variable.name] = BATCHED if BATCHED in found else found[0]
+    return values
+
+
+def test_every_dashboard_query_runs_and_returns_data(
+    prometheus: PrometheusServer, loaded: LoadedWindow
+) -> None:
+    values = {d.uid: _variable_values(prometheus, d, loaded) for d in DASHBOARDS}
+    failed, empty, gpu_only = [], [], []
+    queries = panel_queries()
+    for query in queries:
+        expr = substitute(
+            query.expr, rate_interval=RATE_INTERVAL, values=values[query.dashboard_uid]
+        )
+        where = f"{query.dashboard_uid} / {query.panel_title} / {query.ref_id}: {expr}"
+        try:
+            series = prometheus.query_range(expr, loaded.start, loaded.end, SCRAPE_S)
+        except PrometheusQueryError as exc:
+            failed.append(f"{where}\n    {exc}")
+            continue
+        has_data = any(math.isfinite(v) for s in series for _, v in s.points)
+        if query.needs & NOT_HERE:
+            gpu_only.append(f"{'data' if has_data else 'empty'}: {where}")
+        elif not has_data:
+            empty.append(f"{where}\n    needs: {sorted(query.needs) or 'nothing more'}")
+    print(f"\n{len(queries)} queries; {len(gpu_only)} need a GPU:\n" + "\n".join(gpu_only))
+    assert not failed, "queries that failed:\n" + "\n".join(failed)
+    assert not empty, "queries without data on the loaded testbed:\n" + "\n".join(empty)
