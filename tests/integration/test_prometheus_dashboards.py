@@ -91,6 +91,7 @@ TOLERANCE = 0.05
 BATCH_RULE = "instance_model:nv_inference_batch_size:ratio_rate1m"
 QUEUE_RULE = "instance_model:nv_inference_queue_duration:ratio_rate1m"
 THROUGHPUT_RULE = "instance_model:nv_inference_request_success:rate1m"
+QUEUE_SECONDS_RULE = "instance_model:nv_inference_queue_seconds_per_request:ratio_rate1m"
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -258,6 +259,10 @@ def test_recording_rules_match_batchscopes_figures_for_the_same_window(
         BATCH_RULE: ("average batch size", ours.avg_batch_size),
         QUEUE_RULE: ("queue share", ours.queue_share),
         THROUGHPUT_RULE: ("requests/s", ours.requests_per_s),
+        QUEUE_SECONDS_RULE: (
+            "queue seconds per request",
+            None if ours.queue_us_per_request is None else ours.queue_us_per_request / 1e6,
+        ),
     }
     lines = []
     pairs = []
@@ -266,7 +271,7 @@ def test_recording_rules_match_batchscopes_figures_for_the_same_window(
         rule = _rule_value(prometheus, record, selector, at)
         pairs.append((rule, batchscope))
         lines.append(
-            f"{name}: rule {rule:.4f}, batchscope {batchscope:.4f}, "
+            f"{name}: rule {rule:.5g}, batchscope {batchscope:.5g}, "
             f"difference {abs(rule - batchscope) / batchscope:.2%}"
         )
     report = f"t={at:.0f}, window {RULE_WINDOW_S:g} s\n" + "\n".join(lines)
@@ -277,7 +282,7 @@ def test_recording_rules_match_batchscopes_figures_for_the_same_window(
 
 
 def test_the_exporters_metrics_pass_promtool_check_metrics(
-    exporter_url: str, loaded: LoadedWindow
+    server: TritonServer, exporter_url: str, loaded: LoadedWindow
 ) -> None:
     with urllib.request.urlopen(f"{exporter_url}/metrics", timeout=10) as response:
         exposition = response.read()
