@@ -324,7 +324,7 @@ def _cmd_silence(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from alerts.delivery import DeliveryWorker
-    from alerts.engine import evaluate_alerts
+    from alerts.engine import evaluate_alerts, new_evaluator_id
     from collector.cli import _stop_on_signals
 
     if args.duration is not None and args.duration <= 0:
@@ -334,6 +334,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     store = _store(settings)
     deadline = None if args.duration is None else time.monotonic() + args.duration
     pruned_at = -float("inf")
+    holder = new_evaluator_id()
     try:
         with DeliveryWorker(store, settings.alerts):
             while not stop.is_set():
@@ -342,7 +343,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     pruned_at = time.monotonic()
                 if not args.deliver_only:
                     try:
-                        evaluate_alerts(store, settings)
+                        evaluate_alerts(store, settings, holder=holder)
                     except Exception:  # a store hiccup: the next pass tries again
                         log.exception("alert evaluation failed; trying again")
                 wait = settings.analysis_every_s

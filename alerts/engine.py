@@ -48,6 +48,8 @@ __all__ = [
     "alert_job",
     "evaluate_alerts",
     "evaluate_rules",
+    "evaluator_lease_s",
+    "new_evaluator_id",
     "new_webhook_id",
     "render_body",
 ]
@@ -64,6 +66,7 @@ class AlertReport:
     at: float
     states: tuple[AlertState, ...] = ()
     notifications: tuple[NewNotification, ...] = ()
+    evaluated: bool = True  # False: another process holds the evaluator lease
 
     def count(self, state: str) -> int:
         return sum(1 for s in self.states if s.state == state)
@@ -220,10 +223,20 @@ def _latest_recommendations(store: Store) -> dict[tuple[str, str], StoredRecomme
     return latest
 
 
-def evaluate_alerts(store: Store, settings: Settings, *, now: float | None = None) -> AlertReport:
+def evaluate_alerts(
+    store: Store, settings: Settings, *, now: float | None = None, holder: str | None = None
+) -> AlertReport:
     """Evaluate every enabled rule at ``now`` and move each alert on (see the module
-    docstring); returns the alerts afterwards and the notifications put in the outbox."""
+    docstring); returns the alerts afterwards and the notifications put in the outbox.
+
+    With ``holder`` (a process's evaluator id), nothing is evaluated unless it holds
+    the store's evaluator lease (``Store.hold_alert_evaluation``): one process per
+    store decides, so receivers never hear of an alert twice."""
     now = time.time() if now is None else now
+    if holder is not None and not store.hold_alert_evaluation(
+        holder, now, evaluator_lease_s(settings)
+    ):
+        return AlertReport(at=now, states=tuple(store.alert_states()), evaluated=False)
     rules = effective_rules(settings.alerts)
     outcome = evaluate_rules(store, settings, now)
     existing = {(s.rule, s.target, s.subject): s for s in store.alert_states()}
@@ -258,11 +271,24 @@ def evaluate_alerts(store: Store, settings: Settings, *, now: float | None = Non
     )
 
 
+def evaluator_lease_s(settings: Settings) -> float:
+    """How long an evaluator's hold on a store lasts without a renewal: three analysis
+    passes (at least 30 s), so one slow pass does not hand it to another process."""
+    return max(3 * settings.analysis_every_s, 30.0)
+
+
+def new_evaluator_id() -> str:
+    """This evaluator's id for the store's evaluator lease."""
+    return f"evaluator-{uuid.uuid4().hex}"
+
+
 def alert_job(settings: Settings) -> Callable[[Store, float], AlertReport]:
     """The alert rules as a scheduler analysis (``CollectorService(analyses=[...])``),
-    run after the detectors so that it reads this pass's findings."""
+    run after the detectors so that it reads this pass's findings; it evaluates only
+    while it holds the store's evaluator lease."""
+    holder = new_evaluator_id()
 
     def evaluate_alerts_job(store: Store, now: float) -> AlertReport:
-        return evaluate_alerts(store, settings, now=now)
+        return evaluate_alerts(store, settings, now=now, holder=holder)
 
     return evaluate_alerts_job

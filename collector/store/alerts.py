@@ -8,7 +8,8 @@ typed records the store hands out, and the ``Store`` methods that read and write
   same transaction as the state change that caused it, before anyone tries to send it;
   its ``webhook_id`` is the idempotency key receivers dedupe on;
 * ``alert_receivers_gone``: receivers that answered 410 Gone; nothing is sent to them
-  until the mark is cleared.
+  until the mark is cleared;
+* ``alert_evaluator``: the one process that evaluates the rules, and until when.
 """
 
 from __future__ import annotations
@@ -181,6 +182,16 @@ class NotificationRow(Base):
     finished_at: Mapped[float | None]
 
 
+class AlertEvaluatorRow(Base):
+    """Which process evaluates the alert rules on this store, until when (one row)."""
+
+    __tablename__ = "alert_evaluator"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    holder: Mapped[str]
+    until: Mapped[float]
+
+
 class ReceiverGoneRow(Base):
     __tablename__ = "alert_receivers_gone"
 
@@ -229,6 +240,23 @@ class AlertsMixin(Database):
                 )
             if rows:
                 session.execute(insert(NotificationRow), rows)
+
+    def hold_alert_evaluation(self, holder: str, now: float, lease_s: float) -> bool:
+        """Whether ``holder`` may evaluate the alert rules now: it holds the store's one
+        evaluator lease (extended to ``now + lease_s``), or takes it because nobody
+        holds it or the holder's lease ran out. Two processes evaluating one store
+        would each decide to notify, and every receiver would hear twice."""
+        with self._write() as session:
+            row = session.get(AlertEvaluatorRow, 1)
+            if row is not None and row.holder != holder and row.until > now:
+                return False
+            self._upsert(
+                session,
+                AlertEvaluatorRow,
+                {"id": 1, "holder": holder, "until": float(now) + lease_s},
+                ("id",),
+            )
+            return True
 
     # ------------------------------------------------------------------ silences
 

@@ -305,3 +305,20 @@ def test_an_alert_without_data_resolves_after_no_data_resolve_s(store: Store) ->
     last = evaluate_alerts(store, config, now=at + 301)
     assert [s.state for s in last.states] == ["resolved"]
     assert [n.alert_status for n in last.notifications] == ["resolved"]
+
+
+def test_a_second_evaluator_on_the_store_stands_by(store: Store, db: str) -> None:
+    config = settings()
+    at = scrape(store, 0)
+    queue_finding(store, at)
+    first = evaluate_alerts(store, config, now=at, holder="serve")
+    assert first.evaluated and len(first.notifications) == 1
+    with Store(db) as other_process:
+        standby = evaluate_alerts(other_process, config, now=at + 15, holder="alerts-run")
+        assert not standby.evaluated and standby.notifications == ()
+        assert [s.state for s in standby.states] == ["firing"]  # what the holder decided
+        # The holder stopped: once its lease (three analysis passes of 15 s) ran out, the
+        # other takes over, continuing the stored states without notifying again.
+        took_over = evaluate_alerts(other_process, config, now=at + 46, holder="alerts-run")
+        assert took_over.evaluated and took_over.notifications == ()
+    assert len(outbox(store)) == 1

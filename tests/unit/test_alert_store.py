@@ -160,3 +160,12 @@ def test_pruning_forgets_only_what_is_over(store: Store) -> None:
     assert [s.fingerprint for s in store.alert_states()] == ["live"]
     assert [n.webhook_id for n in store.notifications()] == ["waiting"]
     assert [s.id for s in store.silences()] == [kept.id]
+
+
+def test_one_evaluator_holds_the_store_until_its_lease_ends(store: Store) -> None:
+    assert store.hold_alert_evaluation("a", T0, 30)
+    assert not store.hold_alert_evaluation("b", T0 + 10, 30)  # a holds it
+    assert store.hold_alert_evaluation("a", T0 + 20, 30)  # renewed, until T0 + 50
+    assert not store.hold_alert_evaluation("b", T0 + 45, 30)
+    assert store.hold_alert_evaluation("b", T0 + 51, 30)  # a stopped renewing
+    assert not store.hold_alert_evaluation("a", T0 + 52, 30)

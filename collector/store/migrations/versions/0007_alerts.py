@@ -1,5 +1,6 @@
 """Alerts: their states (keyed by fingerprint, so a restart continues them), silences,
-the durable notification outbox, and receivers that answered 410 Gone.
+the durable notification outbox, receivers that answered 410 Gone, and the one process
+that evaluates the rules.
 
 Revision ID: 0007
 Revises: 0006
@@ -78,6 +79,13 @@ def upgrade() -> None:
         ["fingerprint", "receiver", "created_at"],
     )
     op.create_table(
+        "alert_evaluator",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("holder", sa.Text(), nullable=False),
+        sa.Column("until", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_alert_evaluator")),
+    )
+    op.create_table(
         "alert_receivers_gone",
         sa.Column("receiver", sa.Text(), nullable=False),
         sa.Column("gone_at", sa.Float(), nullable=False),
@@ -88,6 +96,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("alert_receivers_gone")
+    op.drop_table("alert_evaluator")
     op.drop_index(
         op.f("ix_alert_notifications_fingerprint_receiver_created_at"),
         table_name="alert_notifications",
