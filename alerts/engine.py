@@ -123,7 +123,10 @@ class _Evaluation:
     rules: dict[str, Rule]
     silences: Sequence[Silence]
     last_notified: Mapping[tuple[str, str], float]
-    recommendations: Mapping[tuple[str, str], StoredRecommendation]
+    store: Store
+    recommendations: dict[tuple[str, str], StoredRecommendation | None] = field(
+        default_factory=dict
+    )
     changed: list[AlertState] = field(default_factory=list)
     forget: list[str] = field(default_factory=list)
     notifications: list[NewNotification] = field(default_factory=list)
@@ -135,7 +138,7 @@ class _Evaluation:
         annotations = alert_annotations(
             condition,
             rule,
-            recommendation=self.recommendations.get((condition.target, condition.subject)),
+            recommendation=self.recommendation(condition),
             dashboard_url=self.settings.dashboard_url,
         )
         if state is None or state.state == "resolved":
@@ -163,6 +166,17 @@ class _Evaluation:
         self.changed.append(state)
         if state.state == "firing":
             self.notify_firing(state)
+
+    def recommendation(self, condition: Condition) -> StoredRecommendation | None:
+        """The model's latest recommendation while it is open (not applied since)."""
+        if condition.subject_label != "model" or not condition.subject:
+            return None
+        key = (condition.target, condition.subject)
+        if key not in self.recommendations:
+            stored = self.store.recommendations(target=key[0], model=key[1])
+            latest = stored[-1] if stored else None
+            self.recommendations[key] = latest if latest and latest.status == "open" else None
+        return self.recommendations[key]
 
     def clear(self, state: AlertState) -> None:
         if state.state == "pending":
@@ -215,14 +229,6 @@ class _Evaluation:
         )
 
 
-def _latest_recommendations(store: Store) -> dict[tuple[str, str], StoredRecommendation]:
-    """The newest open recommendation per (target, model)."""
-    latest: dict[tuple[str, str], StoredRecommendation] = {}
-    for rec in store.recommendations(status="open"):  # oldest first: the newest wins
-        latest[(rec.target, rec.model)] = rec
-    return latest
-
-
 def evaluate_alerts(
     store: Store, settings: Settings, *, now: float | None = None, holder: str | None = None
 ) -> AlertReport:
@@ -246,7 +252,7 @@ def evaluate_alerts(
         rules=rules,
         silences=store.silences(active_at=now),
         last_notified=store.last_notified([s.fingerprint for s in existing.values()]),
-        recommendations=_latest_recommendations(store),
+        store=store,
     )
     keys: set[Key] = set(existing) | {k for k in outcome.holding if k[0] in rules}
     for key in sorted(keys):

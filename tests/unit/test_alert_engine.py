@@ -322,3 +322,19 @@ def test_a_second_evaluator_on_the_store_stands_by(store: Store, db: str) -> Non
         took_over = evaluate_alerts(other_process, config, now=at + 46, holder="alerts-run")
         assert took_over.evaluated and took_over.notifications == ()
     assert len(outbox(store)) == 1
+
+
+def test_the_fix_is_offered_only_while_the_latest_recommendation_is_open(store: Store) -> None:
+    config = settings()
+    at = scrape(store, 0)
+    queue_finding(store, at)
+    rec_id = store.add_recommendation(recommendation(at))
+    [alert] = evaluate_alerts(store, config, now=at).states
+    assert "config_diff" in alert.annotations
+    store.record_recommendation_outcome(rec_id, outcome="kept", at=at + 10)
+    [alert] = evaluate_alerts(store, config, now=at + 15).states
+    assert "config_diff" not in alert.annotations and "recommendation" not in alert.annotations
+    no_change = replace(recommendation(at + 20), kind="no_change", changes=())
+    store.add_recommendation(no_change)
+    [alert] = evaluate_alerts(store, config, now=at + 30).states
+    assert "config_diff" not in alert.annotations
