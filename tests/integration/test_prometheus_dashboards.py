@@ -1,21 +1,22 @@
 """The bundled dashboards and Prometheus rules on a real Prometheus scraping a real
 Triton under load and batchscope's exporter beside it.
 
-One CPU testbed (a dynamically batched model and an unbatched one, Triton's latency
-summaries switched on), ``batchscope exporter`` watching it, one ``batchscope collect``
-at a 1 s interval into SQLite, and one Debian ``prometheus`` scraping Triton
-(job=triton) and the exporter (job=batchscope) every second with
-``deploy/prometheus/triton-rules.yml`` loaded.  Both models are driven for a little over
-the rules' one-minute window.  Then:
+One CPU testbed (a dynamically batched model, an unbatched one and one serving a
+trickle; Triton's latency summaries switched on), ``batchscope exporter`` watching it,
+one ``batchscope collect`` at a 1 s interval into SQLite, and one Debian
+``prometheus`` scraping Triton (job=triton) and the exporter (job=batchscope) every
+second with ``deploy/prometheus/triton-rules.yml`` loaded.  All three models are driven
+for a little over the rules' one-minute window.  Then:
 
 * the recording rules, read at the evaluation that ends just before the load does,
   agree with ``build_status`` over the same 60 s (average batch size, queue share,
-  throughput, within 5 %);
+  throughput, queue seconds per request, within 5 %);
 * every panel and annotation query of every bundled dashboard, its template variables
   filled from their own ``label_values`` queries as Grafana would, runs through
   ``/api/v1/query_range`` over the loaded window without an error or warning and
   returns data, except where it needs a GPU (evaluated, may be empty);
-* the live exporter's ``/metrics`` passes ``promtool check metrics``.
+* the live exporter's ``/metrics``, findings and a recommendation in it, passes
+  ``promtool check metrics``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from collector.analysis.status import build_status
 from collector.records import ModelRates
@@ -286,9 +288,22 @@ def test_the_exporters_metrics_pass_promtool_check_metrics(
 ) -> None:
     with urllib.request.urlopen(f"{exporter_url}/metrics", timeout=10) as response:
         exposition = response.read()
-    # Not a vacuous pass: the loaded model's batch-size counters are in it.
-    assert b"batchscope_model_executions_total{" in exposition
-    assert f'model="{BATCHED}"'.encode() in exposition
+    # Not a vacuous pass: after the load it holds the loaded model's batch-size counters,
+    # active findings and a recommendation, the families with the most labels.
+    samples = [
+        sample
+        for family in text_string_to_metric_families(exposition.decode())
+        for sample in family.samples
+    ]
+    target = host_port(server.http_url)
+    for name in (
+        "batchscope_model_executions_total",
+        "batchscope_finding",
+        "batchscope_recommendation_info",
+    ):
+        assert any(s.name == name and s.labels.get("target") == target for s in samples), (
+            f"no {name}{{target={target!r}}} in the exporter's /metrics"
+        )
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: `make system-deps` installs Debian's prometheus"
     out = subprocess.run(
