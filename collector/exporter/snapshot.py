@@ -56,16 +56,13 @@ def take_snapshot(
     """Read the store once for one scrape, judged at ``now`` (default: the clock)."""
     now = time.time() if now is None else now
     status = build_status(store, window_s=window_s, now=now)
-    latest_by_model: dict[tuple[str, str], StoredRecommendation] = {}
-    for rec in store.recommendations():  # oldest first: the last one per model wins
-        latest_by_model[(rec.target, rec.model)] = rec
     return ExporterSnapshot(
         taken_at=now,
         window_s=window_s,
         status=status,
         latest_stats=_latest_fresh_stats(store, status, now),
         findings=tuple(store.active_findings()),
-        recommendations=tuple(latest_by_model[k] for k in sorted(latest_by_model)),
+        recommendations=tuple(store.latest_recommendations()),
         version=version or batchscope_version(),
     )
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from collector.records import Finding, Recommendation
@@ -206,6 +206,29 @@ class FindingsMixin(Database):
         ):
             if wanted is not None:
                 stmt = stmt.where(table[column] == wanted)
+        with self._read() as session:
+            return [_stored_recommendation(r) for r in session.execute(stmt).mappings()]
+
+    def latest_recommendations(self) -> list[StoredRecommendation]:
+        """The latest recommendation of each (target, model) — the last one
+        ``recommendations`` lists for it — ordered by target and model: one row per
+        model however many are stored (the recommender stores one a minute)."""
+        table = RecommendationRow.__table__.c
+        newest_first = (
+            func.row_number()
+            .over(
+                partition_by=(table.target, table.model),
+                order_by=(table.created_at.desc(), table.id.desc()),
+            )
+            .label("newest_first")
+        )
+        ranked = select(table.id, newest_first).subquery()
+        stmt = (
+            select(*columns(RecommendationRow))
+            .join(ranked, ranked.c.id == table.id)
+            .where(ranked.c.newest_first == 1)
+            .order_by(table.target, table.model)
+        )
         with self._read() as session:
             return [_stored_recommendation(r) for r in session.execute(stmt).mappings()]
 

@@ -347,3 +347,37 @@ def test_promtool_check_metrics_is_clean(filled: bool, tmp_path: Path) -> None:
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.strip() == "" and checked.stderr.strip() == ""
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_latest_recommendations_reads_one_per_model(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The exporter reads the latest recommendation per model, not the whole history
+    the recommender stores (one a minute): the last that ``recommendations`` lists."""
+    url = (
+        f"sqlite:///{tmp_path / 'r.db'}"
+        if backend == "sqlite"
+        else request.getfixturevalue("pg_url")
+    )
+    s = Store(url)
+    try:
+        # Out of order, and a tie in created_at that the later id breaks.
+        for model, created_at, qps in [
+            ("a", T0 + 60, 2.0),
+            ("a", T0, 1.0),
+            ("b", T0, 3.0),
+            ("b", T0, 4.0),
+        ]:
+            config = model_config(model, batching=False)
+            store_recommendation(
+                s, target=TARGET, config=config, qps=qps, p95_ms=5, created_at=created_at
+            )
+        latest = s.latest_recommendations()
+        assert [(r.model, r.recommendation.current.qps) for r in latest] == [("a", 2.0), ("b", 4.0)]
+        by_model = {r.model: r for r in s.recommendations()}  # oldest first: the last wins
+        assert [r.id for r in latest] == [by_model["a"].id, by_model["b"].id]
+    finally:
+        s.close()
