@@ -120,9 +120,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _store(settings: Settings) -> Store:
-    from collector.cli import _existing_store
+    from collector.command_support import existing_store
 
-    return _existing_store(settings.db_url)
+    return existing_store(settings.db_url)
 
 
 def _when(at: float | None) -> str:
@@ -325,12 +325,12 @@ def _cmd_silence(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from alerts.delivery import DeliveryWorker
     from alerts.engine import evaluate_alerts, new_evaluator_id
-    from collector.cli import _stop_on_signals
+    from collector.command_support import stop_on_signals
 
     if args.duration is not None and args.duration <= 0:
         raise ConfigError("duration", f"must be > 0, got {args.duration:g}")
     settings = _settings(args)
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     store = _store(settings)
     deadline = None if args.duration is None else time.monotonic() + args.duration
     pruned_at = -float("inf")

@@ -17,14 +17,20 @@ import errno
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from alerts.cli import add_alerts_command
+from collector.command_support import (
+    NO_TARGET,
+    collecting_settings,
+    existing_store,
+    require_targets,
+    split_list,
+    stop_on_signals,
+)
 from collector.errors import BatchscopeError, ConfigError
 from collector.exporter.cli import add_exporter_command
 
@@ -41,79 +47,6 @@ EXIT_INTERRUPTED = 130
 #: The shell's status for a command whose output pipe closed (128 + SIGPIPE).
 EXIT_BROKEN_PIPE = 141
 DEFAULT_PORT = 8050
-
-
-def _stop_on_signals() -> threading.Event:
-    """An event that SIGTERM and SIGINT set (when called on the main thread)."""
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: Any) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
-    return stop
-
-
-def _split(text: str | None) -> list[str] | None:
-    return text.split(",") if text else None
-
-
-def _collecting_settings(
-    args: argparse.Namespace,
-    *,
-    interval_s: float | str | None,
-    sources: list[str] | None,
-    duration_s: float | str | None = None,
-) -> Settings:
-    """Settings for a command that scrapes Triton: the file and environment, then the
-    command's ``--triton``, ``--metrics-url`` and ``--db`` and the given collection
-    overrides (``None`` leaves a setting as the file or environment says)."""
-    from collector.config import load_settings
-    from collector.sources import SOURCES
-
-    return load_settings(
-        config_file=args.config,
-        overrides={
-            "triton": args.triton,
-            "metrics_url": args.metrics_url,
-            "db_url": args.db_url,
-            "interval_s": interval_s,
-            "duration_s": duration_s,
-            "sources": sources,
-        },
-        known_sources=set(SOURCES),
-    )
-
-
-_NO_TARGET = (
-    "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON or list targets in the config file"
-)
-
-
-def _require_targets(settings: Any) -> None:
-    from collector.sources import SOURCES
-
-    # A GPU-only host (``--sources nvml,host``) needs no Triton target.
-    if not settings.targets and any(SOURCES[n].per_target for n in settings.sources):
-        raise ConfigError("targets", _NO_TARGET)
-
-
-def _existing_store(db_url: str) -> Store:
-    """The store at ``db_url`` for a command that reads what was collected, opened now
-    and never created: a mistyped URL ends in one line saying there is no store there,
-    not in an empty new file and "no samples yet"."""
-    from collector.store import Store
-
-    store = Store(db_url, create=False)
-    try:
-        store.open()
-    except BaseException:
-        store.close()
-        raise
-    return store
 
 
 def _check_ui_flags(args: argparse.Namespace) -> None:
@@ -134,16 +67,16 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     from collector.sources import SOURCES
     from collector.store import Store
 
-    settings = _collecting_settings(
-        args, interval_s=args.interval, sources=_split(args.sources), duration_s=args.duration
+    settings = collecting_settings(
+        args, interval_s=args.interval, sources=split_list(args.sources), duration_s=args.duration
     )
-    _require_targets(settings)
+    require_targets(settings)
     detectors = detector_job(detector_settings(settings.analysis))
     store = Store(settings.db_url)
     try:
         store.open()  # a database that cannot be opened is one line now, not a log per scrape
         service = CollectorService(settings, store, build_sources(settings), analyses=[detectors])
-        stop = _stop_on_signals()
+        stop = stop_on_signals()
         log.info(
             "collecting from %s every %.3g s into %s",
             ", ".join(
@@ -167,7 +100,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.window <= 0:
         raise ConfigError("window", f"must be > 0, got {args.window:g}")
     settings = load_settings(config_file=args.config, overrides={"db_url": args.db_url})
-    store = _existing_store(settings.db_url)
+    store = existing_store(settings.db_url)
     try:
         report = build_status(store, window_s=args.window)
     finally:
@@ -194,14 +127,14 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
             "(observe the server live first)",
         )
     # Observing live scrapes every second from Triton and the host, whatever the file says.
-    settings = _collecting_settings(
+    settings = collecting_settings(
         args,
         interval_s=1.0 if args.triton else None,
         sources=["triton", "host"] if args.triton else None,
     )
     # Observing live writes the samples (into a new store if need be); recommending
     # from stored samples needs a store that holds some.
-    store = Store(settings.db_url) if args.triton else _existing_store(settings.db_url)
+    store = Store(settings.db_url) if args.triton else existing_store(settings.db_url)
     try:
         if args.triton:
             _observe(settings, store, args.observe)
@@ -335,7 +268,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         config_file=args.config, overrides={"db_url": args.db_url, "apply": windows or None}
     )
     named = target_from_url(args.triton, args.metrics_url, field_name="triton")
-    store = _existing_store(settings.db_url)  # the recommendation to apply is stored there
+    store = existing_store(settings.db_url)  # the recommendation to apply is stored there
     http = requests.Session()
     http.trust_env = False  # talk to the server the settings name, not a proxy
     try:
@@ -389,7 +322,7 @@ def _apply_confirmed(
 ) -> int:
     from collector.apply import ApplyRefused, apply_recommendation
 
-    stop = _stop_on_signals()  # Ctrl-C from here on rolls an unverified change back
+    stop = stop_on_signals()  # Ctrl-C from here on rolls an unverified change back
     try:
         result = apply_recommendation(
             target,
@@ -417,7 +350,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     settings = load_settings(
         config_file=args.config, overrides={"db_url": args.db_url, "triton": args.triton}
     )
-    store = _existing_store(settings.db_url)
+    store = existing_store(settings.db_url)
     actions = ConfigActions(store, settings.targets, apply=settings.ui_apply)
     try:
         serve(
@@ -439,11 +372,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from collector.serve import Service
 
     _check_ui_flags(args)
-    settings = _collecting_settings(args, interval_s=args.interval, sources=_split(args.sources))
+    settings = collecting_settings(args, interval_s=args.interval, sources=split_list(args.sources))
     if not settings.targets:
-        raise ConfigError("targets", _NO_TARGET)
+        raise ConfigError("targets", NO_TARGET)
     service = Service(settings, host=args.host, port=args.port, refresh_s=args.refresh)
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     try:
         service.start()
         print(

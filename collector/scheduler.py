@@ -277,6 +277,11 @@ class CollectorService:
     def _run_job(self, source: Source) -> None:
         self.run_source(source)
 
+    @property
+    def running(self) -> bool:
+        """Whether the scheduler runs the scrapes and analyses (started, not stopped)."""
+        return self._scheduler is not None and bool(self._scheduler.running)
+
     def shutdown(self) -> None:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)

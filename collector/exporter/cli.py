@@ -125,15 +125,15 @@ def _settings(args: argparse.Namespace, own_db_url: str | None) -> Settings:
 
 def _cmd_exporter(args: argparse.Namespace) -> int:
     # The CLI's shared pieces: the same Ctrl-C/SIGTERM handling and "no target" line.
-    from collector.cli import _NO_TARGET, _stop_on_signals
+    from collector.command_support import NO_TARGET, stop_on_signals
 
     host, port = parse_listen(args.listen)
     own_dir = None if args.db_url else Path(tempfile.mkdtemp(prefix="batchscope-exporter-"))
     try:
         settings = _settings(args, f"sqlite:///{own_dir / 'exporter.db'}" if own_dir else None)
         if not settings.targets:
-            raise ConfigError("targets", _NO_TARGET)
-        return _serve(settings, host, port, _stop_on_signals())
+            raise ConfigError("targets", NO_TARGET)
+        return _serve(settings, host, port, stop_on_signals())
     finally:
         if own_dir is not None:
             shutil.rmtree(own_dir, ignore_errors=True)

@@ -105,10 +105,7 @@ class Exporter:
 
     def healthy(self) -> bool:
         """Whether the collector's scheduler runs (it owns every scrape and analysis)."""
-        # CollectorService keeps its scheduler to itself; its ``running`` flag is
-        # APScheduler's own, cleared when the scheduler stops.
-        scheduler = self.collector._scheduler
-        return self._running and scheduler is not None and bool(scheduler.running)
+        return self._running and self.collector.running
 
     def readiness(self, now: float | None = None) -> Readiness:
         """Ready once every Triton target is up now (scraped, and lately)."""

@@ -1,0 +1,102 @@
+"""What the ``batchscope`` subcommands share: settings for a command that scrapes
+Triton, opening an existing store, and stopping on SIGTERM or Ctrl-C. The commands of
+``collector.cli``, ``collector.exporter.cli`` and ``alerts.cli`` use these, so each
+behaves the same way."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from typing import TYPE_CHECKING, Any
+
+from collector.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collector.config import Settings
+    from collector.store import Store
+
+__all__ = [
+    "NO_TARGET",
+    "collecting_settings",
+    "existing_store",
+    "require_targets",
+    "split_list",
+    "stop_on_signals",
+]
+
+log = logging.getLogger("batchscope")
+
+
+def stop_on_signals() -> threading.Event:
+    """An event that SIGTERM and SIGINT set (when called on the main thread)."""
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    return stop
+
+
+def split_list(text: str | None) -> list[str] | None:
+    return text.split(",") if text else None
+
+
+def collecting_settings(
+    args: argparse.Namespace,
+    *,
+    interval_s: float | str | None,
+    sources: list[str] | None,
+    duration_s: float | str | None = None,
+) -> Settings:
+    """Settings for a command that scrapes Triton: the file and environment, then the
+    command's ``--triton``, ``--metrics-url`` and ``--db`` and the given collection
+    overrides (``None`` leaves a setting as the file or environment says)."""
+    from collector.config import load_settings
+    from collector.sources import SOURCES
+
+    return load_settings(
+        config_file=args.config,
+        overrides={
+            "triton": args.triton,
+            "metrics_url": args.metrics_url,
+            "db_url": args.db_url,
+            "interval_s": interval_s,
+            "duration_s": duration_s,
+            "sources": sources,
+        },
+        known_sources=set(SOURCES),
+    )
+
+
+NO_TARGET = (
+    "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON or list targets in the config file"
+)
+
+
+def require_targets(settings: Any) -> None:
+    from collector.sources import SOURCES
+
+    # A GPU-only host (``--sources nvml,host``) needs no Triton target.
+    if not settings.targets and any(SOURCES[n].per_target for n in settings.sources):
+        raise ConfigError("targets", NO_TARGET)
+
+
+def existing_store(db_url: str) -> Store:
+    """The store at ``db_url`` for a command that reads what was collected, opened now
+    and never created: a mistyped URL ends in one line saying there is no store there,
+    not in an empty new file and "no samples yet"."""
+    from collector.store import Store
+
+    store = Store(db_url, create=False)
+    try:
+        store.open()
+    except BaseException:
+        store.close()
+        raise
+    return store
