@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,14 +18,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from collector.testbed.server import find_triton
 from dashboard import ids
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _overview_badges(driver) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -45,7 +39,7 @@ def test_demo_shows_a_finding_and_a_recommendation_within_a_minute(
     find_triton()  # fails with the reason when the testbed is not installed
     db = f"sqlite:///{tmp_path}/demo.db"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collector.cli", "demo", "--port", str(_free_port()), "--db", db],
+        [sys.executable, "-m", "collector.cli", "demo", "--port", str(free_port()), "--db", db],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -29,6 +28,7 @@ from typing import Any
 import yaml
 
 from collector.process_control import die_with_parent
+from tests.support import free_port
 
 __all__ = [
     "InstantSample",
@@ -37,7 +37,6 @@ __all__ = [
     "RangeSeries",
     "ScrapeJob",
     "answers_200",
-    "free_port",
     "host_port",
 ]
 
@@ -71,13 +70,6 @@ class RangeSeries:
 
     labels: Mapping[str, str]
     points: tuple[tuple[float, float], ...]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def answers_200(url: str) -> bool:

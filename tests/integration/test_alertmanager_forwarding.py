@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,24 +20,10 @@ from alerts.delivery import deliver_due
 from alerts.engine import evaluate_alerts
 from collector.config import AlertSettings, Settings
 from collector.store import Store
+from tests.support import free_port, wait_until
 from tests.unit.test_alert_delivery import Receiver
 
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 @pytest.fixture
@@ -67,7 +52,7 @@ def alertmanager(tmp_path: Path, receiver: Receiver) -> Iterator[str]:
         f"      - url: {receiver.url}/from-alertmanager\n"
         "        send_resolved: true\n"
     )
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = (tmp_path / "alertmanager.log").open("w")
     process = subprocess.Popen(
@@ -90,7 +75,7 @@ def alertmanager(tmp_path: Path, receiver: Receiver) -> Iterator[str]:
             except requests.ConnectionError:
                 return False
 
-        _wait_for("Alertmanager's /-/ready", ready)
+        wait_until(ready, 20, "Alertmanager's /-/ready")
         yield url
     finally:
         process.terminate()
@@ -138,7 +123,7 @@ def test_alertmanager_forwards_our_alert_and_its_resolution(
         held = requests.get(f"{alertmanager}/api/v2/alerts", timeout=5).json()
         assert [a["labels"]["alertname"] for a in held] == ["BatchscopeBatchingOff"]
         assert held[0]["annotations"]["link"].endswith("/model?target=triton-a&model=resnet")
-        _wait_for("the firing alert forwarded", lambda: bool(_forwarded(receiver, "firing")))
+        wait_until(lambda: bool(_forwarded(receiver, "firing")), 20, "the firing alert forwarded")
         [firing] = _forwarded(receiver, "firing")
         [alert] = firing["alerts"]  # type: ignore[index]
         assert alert["labels"]["model"] == "resnet" and alert["labels"]["severity"] == "warning"
@@ -149,6 +134,8 @@ def test_alertmanager_forwards_our_alert_and_its_resolution(
         report = evaluate_alerts(store, settings, now=time.time())
         assert [n.alert_status for n in report.notifications] == ["resolved"]
         assert deliver_due(store, alerts).delivered == 1
-        _wait_for("the resolved alert forwarded", lambda: bool(_forwarded(receiver, "resolved")))
+        wait_until(
+            lambda: bool(_forwarded(receiver, "resolved")), 20, "the resolved alert forwarded"
+        )
         [resolved] = _forwarded(receiver, "resolved")
         assert resolved["alerts"][0]["labels"]["alertname"] == "BatchscopeBatchingOff"  # type: ignore[index]

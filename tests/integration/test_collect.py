@@ -19,21 +19,13 @@ from collector.store import Store
 from collector.testbed.load import run_load
 from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import TritonServer
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
 MODELS = BATCHED_AND_UNBATCHED
 INTERVAL_S = 0.5
 LOAD_S = 6.0
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,30 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.testbed.load import run_load
 from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import TritonServer
+from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
 BATCHED = BATCHED_AND_UNBATCHED[0]  # dynamic batching, preferred sizes 8 and 16
 INTERVAL_S = 0.5
 LOAD_S = 4.0
-
-
-def _wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +36,7 @@ def server(module_triton_factory: Callable[..., TritonServer]) -> TritonServer:
 
 @pytest.fixture(scope="module")
 def exporter(server: TritonServer) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    base = f"http://127.0.0.1:{_free_port()}/"
+    base = f"http://127.0.0.1:{free_port()}/"
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "collector.cli", "exporter", "--triton", server.http_url]
@@ -104,15 +86,15 @@ def test_the_sidecar_exports_what_triton_does_not(
     server: TritonServer, exporter: tuple[subprocess.Popen[bytes], str]
 ) -> None:
     proc, base = exporter
-    _wait_until(lambda: requests.get(base + "healthz", timeout=2).ok, 30, "/healthz")
-    _wait_until(lambda: requests.get(base + "readyz", timeout=2).ok, 30, "/readyz 200")
+    wait_until(lambda: requests.get(base + "healthz", timeout=2).ok, 30, "/healthz")
+    wait_until(lambda: requests.get(base + "readyz", timeout=2).ok, 30, "/readyz 200")
 
     result = run_load(server.grpc_url, BATCHED.name, concurrency=16, duration_s=LOAD_S)
     assert result.errors == 0, result.error_samples
     # The load is over: once a scrape has seen all of it, the counters are Triton's.
     triton = _triton_executions(server)
     assert max(triton) > 1, triton  # the batcher formed batches
-    _wait_until(lambda: _executions(base) == triton, 10, f"the exporter's counters = {triton}")
+    wait_until(lambda: _executions(base) == triton, 10, f"the exporter's counters = {triton}")
 
     samples = _samples(base)
     compute = {

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from collector.testbed.server import (
     processes_of_workdir,
     remove_stale_workdirs,
 )
+from tests.support import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -207,20 +207,13 @@ def test_sigterm_stops_testbed_up_within_seconds_leaving_nothing(
     assert not workdir.exists()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 def test_background_demo_stops_on_sigterm_leaving_nothing(
     tmp_path: Path,
     triton_available: None,
     started: list[tuple[subprocess.Popen[str], list[psutil.Process]]],
 ) -> None:
     # As `batchscope demo &` from a script: SIGINT ignored, so SIGTERM is the way.
-    argv = ["demo", "--port", str(_free_port()), "--db", f"sqlite:///{tmp_path}/demo.db"]
+    argv = ["demo", "--port", str(free_port()), "--db", f"sqlite:///{tmp_path}/demo.db"]
     proc = _spawn(argv, tmp_path, ignore_sigint=True)
     children: list[psutil.Process] = []
     started.append((proc, children))

@@ -52,9 +52,9 @@ from tests.integration.prometheus_server import (
     PrometheusServer,
     ScrapeJob,
     answers_200,
-    free_port,
     host_port,
 )
+from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -94,14 +94,6 @@ BATCH_RULE = "instance_model:nv_inference_batch_size:ratio_rate1m"
 QUEUE_RULE = "instance_model:nv_inference_queue_duration:ratio_rate1m"
 THROUGHPUT_RULE = "instance_model:nv_inference_request_success:rate1m"
 QUEUE_SECONDS_RULE = "instance_model:nv_inference_queue_seconds_per_request:ratio_rate1m"
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.1)
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,24 +20,10 @@ import pytest
 from alerts.engine import evaluate_alerts
 from collector.config import load_settings
 from collector.store import Store
+from tests.support import free_port, wait_until
 from tests.unit.test_alert_delivery import SECRET, Receiver
 
 MODELS = ("m1", "m2", "m3")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 class Runs:
@@ -66,7 +51,7 @@ class Runs:
 
 @pytest.fixture
 def runs(tmp_path: Path) -> Iterator[tuple[Runs, str, int]]:
-    port = _free_port()
+    port = free_port()
     cfg = tmp_path / "alerts.yaml"
     cfg.write_text(
         "analysis_every_s: 0.2\n"
@@ -112,7 +97,7 @@ def test_killed_while_the_receiver_is_down_and_mid_post_every_alert_arrives_once
     processes, db, port = runs
     # 1. The receiver is down: every notification is tried and stays pending; SIGKILL.
     first = processes.start()
-    _wait_for("every notification tried", lambda: min(_attempts(db)) >= 1)
+    wait_until(lambda: min(_attempts(db)) >= 1, 30, "every notification tried")
     first.send_signal(signal.SIGKILL)
     assert first.wait(timeout=10) == -signal.SIGKILL
     with Store(db) as store:
@@ -122,18 +107,19 @@ def test_killed_while_the_receiver_is_down_and_mid_post_every_alert_arrives_once
     release = threading.Event()
     with Receiver(secret=SECRET, port=port, hold_first=release) as receiver:
         second = processes.start()
-        _wait_for("a post in flight", lambda: len(receiver.received) >= 1)
+        wait_until(lambda: len(receiver.received) >= 1, 30, "a post in flight")
         os.kill(second.pid, signal.SIGKILL)
         assert second.wait(timeout=10) == -signal.SIGKILL
         release.set()  # the receiver answers 200 to a process that is gone
 
         # 3. Started again: the pending ones go at once, the one in flight after its lease.
         third = processes.start()
-        _wait_for("every alert delivered", lambda: len(receiver.delivered()) == len(MODELS))
+        wait_until(lambda: len(receiver.delivered()) == len(MODELS), 30, "every alert delivered")
         with Store(db) as store:
-            _wait_for(
-                "the outbox recorded as delivered",
+            wait_until(
                 lambda: {n.state for n in store.notifications()} == {"delivered"},
+                30,
+                "the outbox recorded as delivered",
             )
         third.send_signal(signal.SIGTERM)
         assert third.wait(timeout=10) == 0

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,26 +21,9 @@ from collector.config import Settings, TargetSettings
 from collector.exporter.cli import parse_listen
 from collector.exporter.service import Exporter
 from collector.synthetic import scrape_ok
+from tests.support import free_port, wait_until
 
 NO_TRITON = "http://127.0.0.1:9"  # nothing listens on the discard port
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 def _settings(tmp_path: Path) -> Settings:
@@ -54,7 +37,7 @@ def _settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def exporter(tmp_path: Path) -> Iterator[Exporter]:
-    e = Exporter(_settings(tmp_path), host="127.0.0.1", port=_free_port())
+    e = Exporter(_settings(tmp_path), host="127.0.0.1", port=free_port())
     e.start()
     try:
         yield e
@@ -65,7 +48,7 @@ def exporter(tmp_path: Path) -> Iterator[Exporter]:
 def test_endpoints_of_an_exporter_whose_triton_is_down(exporter: Exporter) -> None:
     base = exporter.url
     assert requests.get(base + "healthz", timeout=5).status_code == 200
-    _wait_until(
+    wait_until(
         lambda: "latest scrape failed" in requests.get(base + "readyz", timeout=5).text,
         10,
         "the first (failed) scrape",
@@ -137,7 +120,7 @@ def test_no_triton_target_is_one_line(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_sigterm_stops_it_promptly_and_removes_its_store(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
     env["TMPDIR"] = str(tmp_path)  # where its temporary store goes
     proc = subprocess.Popen(
@@ -149,7 +132,7 @@ def test_sigterm_stops_it_promptly_and_removes_its_store(tmp_path: Path) -> None
     )
     try:
         url = f"http://127.0.0.1:{port}/healthz"
-        _wait_until(lambda: requests.get(url, timeout=2).status_code == 200, 30, "/healthz")
+        wait_until(lambda: requests.get(url, timeout=2).status_code == 200, 30, "/healthz")
         assert [p.name for p in tmp_path.glob("batchscope-exporter-*")] != []
         proc.send_signal(signal.SIGTERM)
         stopped = time.monotonic()
