@@ -36,8 +36,6 @@ __all__ = ["add_alerts_command", "parse_duration_s"]
 log = logging.getLogger("batchscope.alerts")
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-# How often ``alerts run`` forgets what is older than ``alerts.keep_s``.
-_PRUNE_EVERY_S = 3600.0
 #: The fingerprint of ``alerts test``'s notifications.
 TEST_FINGERPRINT = "test"
 
@@ -325,6 +323,7 @@ def _cmd_silence(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from alerts.delivery import DeliveryWorker
     from alerts.engine import evaluate_alerts, new_evaluator_id
+    from alerts.runtime import PRUNE_EVERY_S
     from collector.command_support import stop_on_signals
 
     if args.duration is not None and args.duration <= 0:
@@ -338,7 +337,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         with DeliveryWorker(store, settings.alerts):
             while not stop.is_set():
-                if time.monotonic() - pruned_at >= _PRUNE_EVERY_S:
+                if time.monotonic() - pruned_at >= PRUNE_EVERY_S:
                     store.prune_alerts(time.time() - settings.alerts.keep_s)
                     pruned_at = time.monotonic()
                 if not args.deliver_only:

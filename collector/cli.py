@@ -62,6 +62,7 @@ def _check_ui_flags(args: argparse.Namespace) -> None:
 def _cmd_collect(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
+    from alerts.runtime import AlertsInProcess
     from collector.analysis.detect import detector_job, detector_settings
     from collector.scheduler import CollectorService, build_sources
     from collector.sources import SOURCES
@@ -75,7 +76,10 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     store = Store(settings.db_url)
     try:
         store.open()  # a database that cannot be opened is one line now, not a log per scrape
-        service = CollectorService(settings, store, build_sources(settings), analyses=[detectors])
+        alerting = AlertsInProcess(store, settings)  # the rules after the detectors
+        service = CollectorService(
+            settings, store, build_sources(settings), analyses=[detectors, *alerting.jobs]
+        )
         stop = stop_on_signals()
         log.info(
             "collecting from %s every %.3g s into %s",
@@ -86,7 +90,8 @@ def _cmd_collect(args: argparse.Namespace) -> int:
             settings.interval_s,
             make_url(settings.db_url).render_as_string(hide_password=True),
         )
-        service.run(settings.duration_s, stop)
+        with alerting:  # delivery stops after the collector's last pass
+            service.run(settings.duration_s, stop)
     finally:
         store.close()
     return 0

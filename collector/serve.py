@@ -1,9 +1,11 @@
-"""``batchscope serve``: collector, analysis and the web UI in one process.
+"""``batchscope serve``: collector, analysis, alerts and the web UI in one process.
 
-The collector's scheduler scrapes every target and runs the detectors and the
-recommender in its own threads; the dashboard is served by waitress (a production
-WSGI server) on the same store. ``Service`` is the one place that starts and stops
-them together, for the CLI, the demo and the tests.
+The collector's scheduler scrapes every target and runs the detectors, the
+recommender and the alert rules in its own threads; the outbox is delivered by a
+thread of its own when receivers are configured (``alerts.runtime``); the dashboard
+is served by waitress (a production WSGI server) on the same store. ``Service`` is
+the one place that starts and stops them together, for the CLI, the demo and the
+tests.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from alerts.runtime import AlertsInProcess
 from collector.analysis.detect import detector_job, detector_settings
 from collector.analysis.recommend import recommender_job
 from collector.config import Settings
@@ -60,9 +63,13 @@ class Service:
         self.settings = settings
         # The one store (one engine) of the process: collector, analyses, UI and Apply.
         self.store = Store(settings.db_url)
+        self.alerts = AlertsInProcess(self.store, settings)
+        # The alert rules last: a firing alert reads this pass's findings and
+        # recommendation (the fix it carries).
         analyses = [
             detector_job(detector_settings(settings.analysis)),
             every(settings.recommend_every_s, recommender_job(settings.slo_p95_ms)),
+            *self.alerts.jobs,
         ]
         self.collector = CollectorService(
             settings, self.store, build_sources(settings), analyses=analyses
@@ -90,6 +97,7 @@ class Service:
         import waitress
 
         self.collector.start()
+        self.alerts.start()
         self._server = waitress.create_server(
             self.app.server,
             host=self._host,
@@ -115,6 +123,7 @@ class Service:
                 self._thread.join(timeout=10)
             self._server = None
         self.collector.shutdown()
+        self.alerts.stop()  # after the last evaluation; what it left pending is kept
         self.actions.close()  # an Apply not yet verified is rolled back
         self.store.close()
 

@@ -210,6 +210,26 @@ def _processes(snap: ExporterSnapshot, out: _Families) -> None:
         out.add("batchscope_process_gpu_memory_bytes", labels, gpu.gpu_memory_bytes)
 
 
+def _alerts(snap: ExporterSnapshot, out: _Families) -> None:
+    for a in snap.alerts:
+        labels = a.labels  # as notifications carry them: the subject as model or device
+        out.add(
+            "batchscope_alert",
+            (
+                labels.get("alertname"),
+                a.rule,
+                a.severity,
+                a.state,
+                a.target,
+                labels.get("model"),
+                labels.get("device"),
+            ),
+            1.0,
+        )
+    for c in snap.outbox:
+        out.add("batchscope_alert_notifications", (c.receiver, c.state), c.count)
+
+
 _GROUPS: tuple[Callable[[ExporterSnapshot, _Families], None], ...] = (
     _batch_stats,
     _analysis_window,
@@ -219,6 +239,7 @@ _GROUPS: tuple[Callable[[ExporterSnapshot, _Families], None], ...] = (
     _sources,
     _devices,
     _processes,
+    _alerts,
 )
 
 

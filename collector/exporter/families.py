@@ -218,6 +218,21 @@ FAMILIES: tuple[Family, ...] = (
         ("target", "pid", "model", "model_instance", "gpu_uuid"),
         needs_gpu=True,
     ),
+    # -------------------------------------------------------------------- alerts
+    Family(
+        "batchscope_alert",
+        Kind.GAUGE,
+        "1 per batchscope alert that is pending or firing (state); model or device "
+        "names its subject.",
+        ("alertname", "rule", "severity", "state", "target", "model", "device"),
+    ),
+    Family(
+        "batchscope_alert_notifications",
+        Kind.GAUGE,
+        "Notifications in the alert outbox per receiver and state (pending, delivered, "
+        "dead, gone); finished ones are kept for alerts.keep_s.",
+        ("receiver", "state"),
+    ),
     Family(
         "batchscope_build_info",
         Kind.INFO,

@@ -1,7 +1,8 @@
 """The exporter sidecar: collector, analysis and ``/metrics`` in one process.
 
-``Exporter`` runs the sources, the per-scrape rates, the detectors and the
-recommender on the collector's scheduler (as ``batchscope serve`` does), over one
+``Exporter`` runs the sources, the per-scrape rates, the detectors, the recommender
+and the alert rules on the collector's scheduler, and delivers the alerts to the
+receivers of its settings (as ``batchscope serve`` does, ``alerts.runtime``), over one
 store, and serves through waitress:
 
 * ``/metrics``: every family of ``collector.exporter.families``, from one snapshot of
@@ -26,6 +27,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+from alerts.runtime import AlertsInProcess
 from collector.analysis.detect import detector_job, detector_settings
 from collector.analysis.health import HealthState
 from collector.analysis.recommend import recommender_job
@@ -68,9 +70,11 @@ class Exporter:
         self.store = Store(settings.db_url)
         # The analysis gauges cover the detectors' window, so they match the findings.
         self.window_s = detector_settings(settings.analysis).window_s
+        self.alerts = AlertsInProcess(self.store, settings)
         analyses = [
             detector_job(detector_settings(settings.analysis)),
             every(settings.recommend_every_s, recommender_job(settings.slo_p95_ms)),
+            *self.alerts.jobs,  # last: an alert reads this pass's findings and advice
         ]
         self.collector = CollectorService(
             settings, self.store, build_sources(settings), analyses=analyses
@@ -143,6 +147,7 @@ class Exporter:
             ident="batchscope-exporter",
         )
         self.collector.start()
+        self.alerts.start()
         self._running = True
         self._thread = threading.Thread(target=self._server.run, name="exporter", daemon=True)
         self._thread.start()
@@ -165,6 +170,7 @@ class Exporter:
                 self._thread.join(timeout=10)
             self._server = None
         self.collector.shutdown()
+        self.alerts.stop()
         self.store.close()
 
     def __enter__(self) -> Exporter:

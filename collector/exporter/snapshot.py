@@ -3,7 +3,8 @@
 Every figure in it comes from the function that computes it elsewhere: the status
 (``collector.analysis.status.build_status``: targets judged from now, window rates,
 effective configs, devices, processes), the store's active findings and stored
-recommendations, and the latest ``batch_stats`` of each fresh series. The collectors
+recommendations, the latest ``batch_stats`` of each fresh series, the alerts pending or
+firing and the outbox's count per receiver and state. The collectors
 (``collector.exporter.collectors``) only turn this record into metric families, so
 every family of one scrape describes the same moment.
 """
@@ -18,8 +19,12 @@ from collector.analysis.health import TRITON_KIND, is_fresh, scrape_interval_s, 
 from collector.analysis.status import StatusReport, build_status
 from collector.records import ModelSample
 from collector.store import Store, StoredFinding, StoredRecommendation
+from collector.store.alerts import NOTIFICATION_STATES, AlertState
 
-__all__ = ["ExporterSnapshot", "batchscope_version", "take_snapshot"]
+__all__ = ["ExporterSnapshot", "OutboxCount", "batchscope_version", "take_snapshot"]
+
+#: The alert states the exporter shows (a resolved alert is over, as in Prometheus).
+ACTIVE_ALERT_STATES = ("pending", "firing")
 
 
 def batchscope_version() -> str:
@@ -31,6 +36,15 @@ def batchscope_version() -> str:
 
 
 @dataclass(frozen=True)
+class OutboxCount:
+    """How many notifications to ``receiver`` the outbox holds in ``state``."""
+
+    receiver: str
+    state: str
+    count: int
+
+
+@dataclass(frozen=True)
 class ExporterSnapshot:
     """What one scrape exports, read at ``taken_at``.
 
@@ -39,7 +53,8 @@ class ExporterSnapshot:
     process readings. ``latest_stats`` is the newest sample of each series whose
     newest sample is fresh and carries statistics (cumulative ``batch_stats``).
     ``findings`` are the active findings, ``recommendations`` the latest stored per
-    (target, model)."""
+    (target, model). ``alerts`` are those pending or firing; ``outbox`` counts every
+    state for each receiver the outbox names (0 where it holds none)."""
 
     taken_at: float
     window_s: float
@@ -48,6 +63,8 @@ class ExporterSnapshot:
     findings: tuple[StoredFinding, ...]
     recommendations: tuple[StoredRecommendation, ...]
     version: str
+    alerts: tuple[AlertState, ...] = ()
+    outbox: tuple[OutboxCount, ...] = ()
 
 
 def take_snapshot(
@@ -64,6 +81,20 @@ def take_snapshot(
         findings=tuple(store.active_findings()),
         recommendations=tuple(store.latest_recommendations()),
         version=version or batchscope_version(),
+        alerts=tuple(s for s in store.alert_states() if s.state in ACTIVE_ALERT_STATES),
+        outbox=_outbox_counts(store),
+    )
+
+
+def _outbox_counts(store: Store) -> tuple[OutboxCount, ...]:
+    """Every (receiver, state) the outbox names, each state of each receiver present,
+    so that a query for dead notifications reads 0 rather than nothing."""
+    counts = store.notification_counts()
+    receivers = sorted({receiver for receiver, _ in counts})
+    return tuple(
+        OutboxCount(receiver, state, counts.get((receiver, state), 0))
+        for receiver in receivers
+        for state in NOTIFICATION_STATES
     )
 
 

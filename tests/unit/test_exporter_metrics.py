@@ -20,9 +20,11 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from alerts.engine import evaluate_alerts
 from collector import records
 from collector.analysis.capacity import idle_instance_equivalents
 from collector.analysis.status import build_status
+from collector.config import AlertSettings, Settings
 from collector.exporter.collectors import SnapshotCollector
 from collector.exporter.families import FAMILIES, Kind
 from collector.exporter.snapshot import take_snapshot
@@ -60,7 +62,8 @@ LOADS = [
 def store(tmp_path: Path) -> Iterator[Store]:
     """Two minutes of steady load on two models, scraped every 5 s; a GPU and its
     processes on the host; a finding on a model, one on a device, one resolved; two
-    recommendations for ``unbatched`` (the later one counts)."""
+    recommendations for ``unbatched`` (the later one counts); the alerts of the active
+    findings, firing."""
     s = Store(f"sqlite:///{tmp_path / 'exporter.db'}")
     steady_load(s, LOADS, target=TARGET, start=T0, seconds=120, step=5)
     for i in range(25):
@@ -99,6 +102,9 @@ def store(tmp_path: Path) -> Iterator[Store]:
         store_recommendation(
             s, target=TARGET, config=UNBATCHED, qps=qps, p95_ms=8.0, created_at=created_at
         )
+    # The active findings fire alerts, with a notification each in the outbox.
+    hook = {"name": "hook", "webhook": {"url": "http://127.0.0.1:9/hook"}}
+    evaluate_alerts(s, Settings(alerts=AlertSettings(receivers=[hook])), now=NOW)
     try:
         yield s
     finally:
