@@ -1,11 +1,13 @@
-"""What the dashboard can change: apply a stored recommendation to a live Triton.
+"""What the dashboard can change: apply a stored recommendation to a live Triton, and
+silence alerts.
 
-The one action there is runs ``collector.apply.apply_recommendation`` (load API,
-before/after windows, rollback on a regression, the outcome recorded in the store) in
-a background thread, because verification takes two windows; the page polls
-``ConfigActions.job``. Only targets the dashboard was given (``--triton`` or the
-settings file) can be changed: the store knows a target's name, not where it lives.
-The caller checks the role; this module checks everything about the target.
+Apply runs ``collector.apply.apply_recommendation`` (load API, before/after windows,
+rollback on a regression, the outcome recorded in the store) in a background thread,
+because verification takes two windows; the page polls ``ConfigActions.job``. Only
+targets the dashboard was given (``--triton`` or the settings file) can be changed:
+the store knows a target's name, not where it lives. ``AlertSilences`` adds and ends
+silences in the store (the ones ``batchscope alerts silence`` manages). The caller
+checks the role; this module checks everything else.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import requests
 
+from alerts.cli import parse_duration_s
+from alerts.rules import RULE_NAMES
 from collector.apply import (
     ApplyInterrupted,
     ApplyRefused,
@@ -30,16 +34,21 @@ from collector.apply import (
     stored_recommendation,
 )
 from collector.config import ApplySettings, TargetSettings
-from collector.errors import BatchscopeError
+from collector.errors import BatchscopeError, ConfigError
 from collector.records import Recommendation
 from collector.store import Store
+from collector.store.alerts import Silence
 
-__all__ = ["ActionRefused", "ApplyJob", "ConfigActions"]
+__all__ = ["MAX_SILENCE_S", "ActionRefused", "AlertSilences", "ApplyJob", "ConfigActions"]
 
 log = logging.getLogger("batchscope.dashboard")
 
 # Probe results are kept this long: a server's control mode changes only on restart.
 _PROBE_TTL_S = 60.0
+#: The longest silence the dashboard sets: a longer one is a rule to switch off in the
+#: settings (``alerts.rules.<rule>.enabled``), and a typo such as 200d is caught.
+MAX_SILENCE_S = 30 * 86400.0
+_MAX_COMMENT_CHARS = 500
 
 
 class ActionRefused(BatchscopeError):
@@ -227,3 +236,58 @@ class ConfigActions:
             if not isinstance(exc, TargetUnreachable):
                 log.exception("apply of %s failed", rec)
             self._update(job_id, state="failed", verdict=f"failed: {exc}", finished_at=time.time())
+
+
+class AlertSilences:
+    """Silences set from the dashboard, in ``store``: ``add`` one for a duration from
+    now, ``end`` one now. Everything given is checked here and refused with
+    ``ActionRefused`` (nothing stored); the caller checks the role."""
+
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._clock = clock
+
+    def add(
+        self,
+        *,
+        rule: str | None,
+        target: str | None,
+        subject: str | None,
+        duration: str,
+        comment: str = "",
+        created_by: str = "",
+    ) -> Silence:
+        """Silence alerts of ``rule`` on ``target`` for ``subject`` (a model or device;
+        ``None`` matches any, but not all three) for ``duration`` (``90s``, ``30m``,
+        ``2h``, ``1d``) from now."""
+        if rule is not None and rule not in RULE_NAMES:
+            raise ActionRefused(f"unknown rule {rule!r}; known: {', '.join(RULE_NAMES)}")
+        if rule is None and target is None and subject is None:
+            raise ActionRefused("choose a rule, a target or a model: a silence of everything")
+        try:
+            seconds = parse_duration_s(duration)
+        except ConfigError:
+            raise ActionRefused(
+                f"the duration must be such as 90s, 30m, 2h or 1d; got {duration!r}"
+            ) from None
+        if seconds > MAX_SILENCE_S:
+            raise ActionRefused("a silence lasts at most 30 days; switch the rule off instead")
+        if len(comment) > _MAX_COMMENT_CHARS:
+            raise ActionRefused(f"the comment is longer than {_MAX_COMMENT_CHARS} characters")
+        now = self._clock()
+        return self._store.add_silence(
+            starts_at=now,
+            ends_at=now + seconds,
+            rule=rule,
+            target=target,
+            subject=subject,
+            created_by=created_by,
+            comment=comment,
+        )
+
+    def end(self, silence_id: int) -> None:
+        """End silence ``silence_id`` now; refused when it is not in force."""
+        now = self._clock()
+        if not any(s.id == silence_id for s in self._store.silences(active_at=now)):
+            raise ActionRefused(f"silence #{silence_id} is not in force")
+        self._store.end_silence(silence_id, now)

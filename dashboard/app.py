@@ -24,10 +24,10 @@ from dash import Dash, Input, Output, dcc, html
 from collector.config import UiSettings
 from collector.store import Store
 from dashboard import auth
-from dashboard.actions import ConfigActions
+from dashboard.actions import AlertSilences, ConfigActions
 from dashboard.auth import LOGIN_REQUIRED_KEY, install_access
 from dashboard.context import DEFAULT_REFRESH_S, REFRESH_MS_KEY
-from dashboard.ids import Devices, Findings, Model, Overview, Recs, Shell
+from dashboard.ids import Alerts, Devices, Findings, Model, Overview, Recs, Shell
 from dashboard.queries import DashboardQueries
 from dashboard.theme import DARK, LIGHT
 
@@ -37,14 +37,16 @@ log = logging.getLogger("batchscope.dashboard")
 
 _HERE: Final = Path(__file__).resolve().parent
 #: The page modules under ``dashboard/pages``, each with ``layout`` and
-#: ``register_callbacks(app, queries, actions)``.
-PAGES: Final = ("overview", "model", "recommendations", "findings", "devices")
+#: ``register_callbacks(app, queries, actions)`` (the alerts page's actions are the
+#: app's ``AlertSilences``, every other page's the caller's ``ConfigActions``).
+PAGES: Final = ("overview", "model", "recommendations", "findings", "alerts", "devices")
 #: Every page's live-refresh Interval (paused while the tab is hidden).
 LIVE_INTERVALS: Final = (
     Overview.INTERVAL,
     Model.INTERVAL,
     Recs.INTERVAL,
     Findings.INTERVAL,
+    Alerts.INTERVAL,
     Devices.INTERVAL,
 )
 
@@ -54,6 +56,7 @@ def _shell() -> Any:
         dcc.Link("Overview", href="/", className="nav-link"),
         dcc.Link("Recommendations", href="/recommendations", className="nav-link"),
         dcc.Link("Findings", href="/findings", className="nav-link"),
+        dcc.Link("Alerts", href="/alerts", className="nav-link"),
         dcc.Link("Devices", href="/devices", className="nav-link"),
     ]
     role = auth.current_role() if flask.has_request_context() else None
@@ -99,6 +102,7 @@ def create_app(
     host: str = "127.0.0.1",
     slo_p95_ms: dict[str, float] | None = None,
     queries: DashboardQueries | None = None,
+    silences: AlertSilences | None = None,
 ) -> Dash:
     """The dashboard over ``store`` (the caller's, which it closes), refreshing every
     ``refresh_s`` seconds. Nothing is read here, so a store whose database does not
@@ -107,7 +111,8 @@ def create_app(
     ``actions`` carries out Apply (``None``: the dashboard changes nothing); ``ui``
     sets login and roles (see ``dashboard.auth``; ``host`` is the bind address, which
     decides the role when no password is set); ``slo_p95_ms`` the objectives the
-    what-if draws; ``queries`` replaces the query object (tests)."""
+    what-if draws; ``queries`` replaces the query object (tests); ``silences`` the
+    silences an admin sets on the alerts page (default: in ``store``)."""
     ui = ui or UiSettings()
     if not (isinstance(refresh_s, int | float) and math.isfinite(refresh_s) and refresh_s > 0):
         raise ValueError(f"refresh_s must be a positive number of seconds, got {refresh_s!r}")
@@ -130,8 +135,9 @@ def create_app(
     app.validation_layout = html.Div(  # type: ignore[assignment]
         [_shell(), *[p.layout() for p in pages]]
     )
-    for page in pages:
-        page.register_callbacks(app, queries, actions)
+    silences = silences or AlertSilences(store)
+    for name, page in zip(PAGES, pages, strict=True):
+        page.register_callbacks(app, queries, silences if name == "alerts" else actions)
 
     # Live refresh pauses while the tab is hidden: every page's Interval is disabled
     # from the browser's visibility state, so a wall screen left in a drawer costs

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = ["Devices", "Findings", "LivePage", "Model", "Overview", "Recs", "Shell"]
+__all__ = ["Alerts", "Devices", "Findings", "LivePage", "Model", "Overview", "Recs", "Shell"]
 
 
 class _Id:
@@ -79,6 +79,16 @@ class Findings(LivePage):
     PREFIX = "findings"
     TARGET, MODEL, KIND, SEVERITY, STATE = _ids(5)  # the filters
     LIST = _Id()
+
+
+class Alerts(LivePage):
+    PREFIX = "alerts"
+    SUMMARY, STATES, SILENCES, OUTBOX = _ids(4)  # the panels
+    CHANGED = _Id()  # dcc.Store: a silence was added or ended (the tick reads again)
+    # The silence form (an admin's only) and what became of its last use.
+    FORM, RULE, TARGET, SUBJECT, DURATION, COMMENT, ADD, RESULT = _ids(8)
+    #: The type of each silence's end button, ``{"type": END, "index": silence id}``.
+    END = _Id()
 
 
 class Devices(LivePage):

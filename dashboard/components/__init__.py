@@ -6,12 +6,20 @@ from strings, and nothing uses ``dangerously_allow_html``.
 
 One module per concern: ``text`` (formatting, links, banners, badges), ``overview``
 (summary, tiles, models table), ``model`` (header, ranges, config), ``findings``
-(finding and event lists) and ``recommendations`` (card, list, detail, what-if,
-apply progress). Pages use them through this package.
+(finding and event lists), ``alerts`` (alert states, silences, outbox) and
+``recommendations`` (card, list, detail, what-if, apply progress). Pages use them
+through this package.
 """
 
 from __future__ import annotations
 
+from dashboard.components.alerts import (
+    alerts_summary,
+    alerts_table,
+    outbox_panel,
+    silence_matcher,
+    silences_table,
+)
 from dashboard.components.findings import events_list, findings_list
 from dashboard.components.model import (
     config_panel,
@@ -56,6 +64,8 @@ from dashboard.components.text import (
 __all__ = [
     "EMPTY_TEXT",
     "SORT_KEYS",
+    "alerts_summary",
+    "alerts_table",
     "apply_job_status",
     "banner",
     "config_panel",
@@ -75,6 +85,7 @@ __all__ = [
     "model_href",
     "model_messages",
     "models_table",
+    "outbox_panel",
     "overview_messages",
     "overview_summary",
     "pbtxt_diff",
@@ -83,6 +94,8 @@ __all__ = [
     "recommendation_detail",
     "recommendation_list",
     "recs_href",
+    "silence_matcher",
+    "silences_table",
     "sort_rows",
     "target_tile",
     "tiles",

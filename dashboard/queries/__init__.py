@@ -10,12 +10,14 @@ Reads are bounded: the overview reads one status window (``overview``); a model 
 reads one model over one range, from raw samples up to ``RAW_RANGE_S`` and from
 rollups (plus the raw tail not rolled up yet) beyond, downsampled to at most
 ``max_points`` points (``series``, ``model``); the findings page reads events
-(``events``), the devices page heatmap buckets (``devices``), the recommendations
-page what-if curves (``what_if``). Nothing here raises on a database failure: each
+(``events``), the alerts page alert states, silences and the outbox (``alerts``),
+the devices page heatmap buckets (``devices``), the recommendations page what-if
+curves (``what_if``). Nothing here raises on a database failure: each
 answer carries ``error`` (a one-line message for the banner).
 """
 
 from collector.store import StoredFinding, StoredModelConfig, StoredRecommendation
+from collector.store.alerts import AlertState, Notification, Silence
 from dashboard.queries.codec import from_json, to_json
 from dashboard.queries.reader import DashboardQueries
 from dashboard.queries.views import (
@@ -23,6 +25,8 @@ from dashboard.queries.views import (
     RANGES,
     RAW_RANGE_S,
     WHAT_IF_DELAYS_US,
+    AlertRow,
+    AlertsView,
     BatchDistribution,
     DevicesView,
     DeviceTile,
@@ -32,6 +36,7 @@ from dashboard.queries.views import (
     ModelRow,
     ModelSeries,
     OverviewData,
+    ReceiverOutbox,
     RecommendationView,
     ServiceTimeView,
     TargetTile,
@@ -45,6 +50,9 @@ __all__ = [
     "RANGES",
     "RAW_RANGE_S",
     "WHAT_IF_DELAYS_US",
+    "AlertRow",
+    "AlertState",
+    "AlertsView",
     "BatchDistribution",
     "DashboardQueries",
     "DeviceTile",
@@ -54,9 +62,12 @@ __all__ = [
     "ModelDetail",
     "ModelRow",
     "ModelSeries",
+    "Notification",
     "OverviewData",
+    "ReceiverOutbox",
     "RecommendationView",
     "ServiceTimeView",
+    "Silence",
     "StoredFinding",
     "StoredModelConfig",
     "StoredRecommendation",

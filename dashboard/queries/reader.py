@@ -16,11 +16,13 @@ from collector.analysis.health import target_healths
 from collector.errors import ConfigError
 from collector.store import Store, StoredFinding, StoredRecommendation
 from dashboard.queries import model as model_parts
+from dashboard.queries.alerts import read_alerts
 from dashboard.queries.devices import read_devices
 from dashboard.queries.events import model_findings, read_events
 from dashboard.queries.overview import read_overview
 from dashboard.queries.series import series_and_distribution
 from dashboard.queries.views import (
+    AlertsView,
     BatchDistribution,
     DevicesView,
     EventsView,
@@ -222,6 +224,15 @@ class DashboardQueries:
                 state=state,
             ),
             lambda error: EventsView(error=error),
+        )
+
+    def alerts(self, *, now: float | None = None) -> AlertsView:
+        """Alert states, the silences in force and the notification outbox at ``now``."""
+        at = self._clock() if now is None else now
+        return self._guard(
+            "alerts",
+            lambda s: read_alerts(s, at),
+            lambda error: AlertsView(generated_at=at, error=error),
         )
 
     def devices(

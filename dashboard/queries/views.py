@@ -17,6 +17,7 @@ from collector.analysis.health import Health, HealthState
 from collector.analysis.status import ModelStatus
 from collector.records import DeviceSample, HostFacts, Prediction
 from collector.store import StoredFinding, StoredModelConfig, StoredRecommendation, TargetState
+from collector.store.alerts import AlertState, Notification, Silence
 
 #: The time ranges a model page offers, by their query-string name.
 RANGES: Final = {
@@ -271,6 +272,53 @@ class EventsView:
     kinds: list[str] = field(default_factory=list)
     severities: list[str] = field(default_factory=list)
     error: str | None = None
+
+
+# --------------------------------------------------------------------------- alerts
+
+
+@dataclass(frozen=True)
+class AlertRow:
+    """An alert as the alerts page lists it: its stored state, and the silence in force
+    that holds its notifications back (``None``: not silenced)."""
+
+    alert: AlertState
+    silenced_by: Silence | None = None
+
+
+@dataclass(frozen=True)
+class ReceiverOutbox:
+    """One receiver's notifications in the outbox, by delivery state, and why nothing
+    is sent to it (``gone_reason``: it answered 410 Gone)."""
+
+    receiver: str
+    pending: int = 0
+    delivered: int = 0
+    dead: int = 0
+    gone: int = 0
+    gone_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class AlertsView:
+    """The alerts page at ``generated_at``: every alert (pending and firing first),
+    the silences in force, the outbox per receiver and its latest undelivered
+    notifications (``failed``: dead or gone, their bodies left out: the page shows how
+    delivery went, not what was posted), and the choices the silence form offers."""
+
+    generated_at: float
+    alerts: list[AlertRow] = field(default_factory=list)
+    silences: list[Silence] = field(default_factory=list)
+    outbox: list[ReceiverOutbox] = field(default_factory=list)
+    failed: list[Notification] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
+    subjects: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def firing(self) -> int:
+        return sum(1 for r in self.alerts if r.alert.state == "firing")
 
 
 # --------------------------------------------------------------------------- devices
