@@ -351,6 +351,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     if wait <= 0:
                         break
                 stop.wait(wait)
+        store.release_alert_evaluation(holder)  # another evaluator takes over at once
     finally:
         store.close()
     return 0

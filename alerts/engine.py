@@ -288,11 +288,13 @@ def new_evaluator_id() -> str:
     return f"evaluator-{uuid.uuid4().hex}"
 
 
-def alert_job(settings: Settings) -> Callable[[Store, float], AlertReport]:
+def alert_job(
+    settings: Settings, *, holder: str | None = None
+) -> Callable[[Store, float], AlertReport]:
     """The alert rules as a scheduler analysis (``CollectorService(analyses=[...])``),
     run after the detectors so that it reads this pass's findings; it evaluates only
-    while it holds the store's evaluator lease."""
-    holder = new_evaluator_id()
+    while ``holder`` (default: a new evaluator id) holds the store's evaluator lease."""
+    holder = holder or new_evaluator_id()
 
     def evaluate_alerts_job(store: Store, now: float) -> AlertReport:
         return evaluate_alerts(store, settings, now=now, holder=holder)

@@ -12,6 +12,8 @@ exporter evaluate the rules after each analysis pass and deliver the outbox, as
 * ``start()`` / ``stop()``: the delivery thread (``alerts.delivery.DeliveryWorker``),
   run only when the settings name a receiver: without one no notification is ever
   put in the outbox, and the thread would only ask the store every second for none.
+  ``stop()`` also hands the evaluator lease back, so a restarted process (or an
+  ``alerts run`` standing by) evaluates at its next pass, not when the lease runs out.
 
 The states are evaluated with or without receivers: the UI, ``batchscope alerts`` and
 the exporter's ``batchscope_alert`` show them either way.
@@ -23,7 +25,7 @@ import logging
 from collections.abc import Callable
 
 from alerts.delivery import DeliveryWorker
-from alerts.engine import alert_job
+from alerts.engine import alert_job, new_evaluator_id
 from collector.config import Settings
 from collector.store import Store
 
@@ -57,7 +59,12 @@ class AlertsInProcess:
     outbox's delivery (``start()``/``stop()``, or ``with``) of one process's store."""
 
     def __init__(self, store: Store, settings: Settings) -> None:
-        self.jobs: list[AnalysisJob] = [alert_job(settings), prune_job(settings.alerts.keep_s)]
+        self._store = store
+        self.holder = new_evaluator_id()
+        self.jobs: list[AnalysisJob] = [
+            alert_job(settings, holder=self.holder),
+            prune_job(settings.alerts.keep_s),
+        ]
         self.receivers = tuple(r.name for r in settings.alerts.receivers)
         self.delivery = (
             DeliveryWorker(store, settings.alerts) if settings.alerts.receivers else None
@@ -69,8 +76,14 @@ class AlertsInProcess:
             log.info("delivering alerts to %s", ", ".join(self.receivers))
 
     def stop(self) -> None:
+        """Stop delivering and hand the evaluator lease back; call it once the
+        analyses have stopped (what is left pending stays in the outbox)."""
         if self.delivery is not None:
             self.delivery.stop()
+        try:
+            self._store.release_alert_evaluation(self.holder)
+        except Exception:  # the store is gone: the lease runs out on its own
+            log.exception("handing back the alert evaluator lease failed")
 
     def __enter__(self) -> AlertsInProcess:
         self.start()
