@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -22,17 +21,10 @@ from alerts.runtime import AlertsInProcess
 from collector.config import AlertSettings, Settings
 from collector.exporter.service import Exporter
 from collector.store import Store
+from tests.support import wait_until
 from tests.unit.test_alert_delivery import SECRET, Receiver
 
 TARGET = "triton-a"
-
-
-def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def _saturated(store: Store, model: str = "m") -> None:
@@ -114,10 +106,11 @@ def test_the_exporter_delivers_and_exposes_the_alert(tmp_path: Path) -> None:
         try:
             exporter.start()
             _saturated(exporter.store)
-            _wait_for("the firing notification", lambda: bool(_firing(receiver)))
-            _wait_for(
-                "the outbox to show it delivered",
+            wait_until(lambda: bool(_firing(receiver)), 30, "the firing notification")
+            wait_until(
                 lambda: exporter.store.notification_counts() == {("hook", "delivered"): 1},
+                30,
+                "the outbox to show it delivered",
             )
             text = _metrics(exporter.url)
         finally:
