@@ -93,8 +93,9 @@ def add_alerts_command(sub: Any) -> None:
         help="evaluate the alert rules and deliver notifications until stopped",
         description="Evaluate the alert rules on the store every analysis_every_s and "
         "deliver the outbox every alerts.deliver_every_s, until SIGTERM or Ctrl-C. "
-        "Notifications left pending by an earlier run are delivered too. Run one per "
-        "store.",
+        "Notifications left pending by an earlier run are delivered too. serve, "
+        "collect and the exporter do this themselves; on a store that one of them (or "
+        "another alerts run) evaluates, this one stands by and takes over when it stops.",
     )
     _common(run)
     run.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
