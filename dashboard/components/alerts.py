@@ -108,7 +108,7 @@ def alerts_table(rows: Sequence[AlertRow], now: float) -> list[Any]:
                 className=f"alert-row alert-row-{a.state}",
             )
         )
-    head = ("state", "severity", "rule", "target", "model / device", "when", "silenced", "")
+    head = ("state", "severity", "rule", "target", "model / device", "when", "silenced", "summary")
     return [html.H3("Alerts"), _table(head, body, "alerts")]
 
 

@@ -1,0 +1,99 @@
+"""The alerts page in headless Chromium, served on localhost (an admin: no password, a
+loopback address) from a seeded SQLite store holding a firing alert and a dead
+notification: the page shows both, and a silence is created from the form, marks the
+alert, and is ended from its button."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from selenium.webdriver.common.by import By
+
+from collector.store.alerts import AlertState, NewNotification
+from dashboard.app import create_app
+from dashboard.ids import Alerts, Shell
+from tests.browser.conftest import severe_logs
+
+# Slow refresh: the page redraws when a silence changes, not on a timer.
+REFRESH_S = 60.0
+MATCHER = "rule queue_saturation · target testbed · model unbatched"
+
+
+def _firing_alert(now: float) -> AlertState:
+    return AlertState(
+        fingerprint="fp-unbatched",
+        rule="queue_saturation",
+        target="testbed",
+        subject="unbatched",
+        state="firing",
+        severity="warning",
+        active_since=now - 180,
+        evaluated_at=now,
+        held_at=now,
+        fired_at=now - 120,
+        labels={"alertname": "BatchscopeQueueSaturation", "model": "unbatched"},
+        annotations={"summary": "unbatched queues: 90% of request time queued"},
+    )
+
+
+def test_an_admin_sees_a_firing_alert_and_silences_it(dash_duo, seeded_store, screenshot) -> None:
+    store = seeded_store()
+    now = time.time()
+    body = json.dumps({"status": "firing"})
+    store.save_alert_evaluation(
+        [_firing_alert(now)],
+        notifications=[NewNotification("msg_dead", "hook", "fp-unbatched", "firing", body, now)],
+    )
+    [dead] = store.notifications()
+    store.record_delivery_attempt(
+        dead.id,
+        state="dead",
+        attempts=8,
+        next_attempt_at=now,
+        last_status=500,
+        last_error="HTTP 500: receiver broke",
+        finished_at=now,
+    )
+    dash_duo.start_server(create_app(store, refresh_s=REFRESH_S))
+
+    # The nav leads to the page.
+    dash_duo.wait_for_text_to_equal(f"#{Shell.ROLE}", "admin", timeout=20)
+    next(a for a in dash_duo.find_elements(f"#{Shell.NAV} a") if a.text == "Alerts").click()
+    dash_duo.wait_for_contains_text(f"#{Alerts.STATES}", "queue_saturation", timeout=20)
+    row = dash_duo.find_element(f"#{Alerts.STATES} tr.alert-row-firing").text
+    assert "firing" in row and "testbed" in row and "unbatched" in row
+    assert "90% of request time queued" in row
+    dash_duo.wait_for_contains_text(f"#{Alerts.OUTBOX}", "HTTP 500: receiver broke", timeout=20)
+    assert "1 firing" in dash_duo.find_element(f"#{Alerts.SUMMARY}").text
+    screenshot("alerts-firing")
+
+    # A silence for that alert, from the form.
+    dash_duo.select_dcc_dropdown(f"#{Alerts.RULE}", value="queue saturation")
+    dash_duo.select_dcc_dropdown(f"#{Alerts.TARGET}", value="testbed")
+    dash_duo.select_dcc_dropdown(f"#{Alerts.SUBJECT}", value="unbatched")
+    duration = dash_duo.find_element(f"#{Alerts.DURATION}")
+    dash_duo.clear_input(duration)
+    duration.send_keys("30m")
+    dash_duo.find_element(f"#{Alerts.COMMENT}").send_keys("load test")
+    dash_duo.find_element(f"#{Alerts.ADD}").click()
+    dash_duo.wait_for_contains_text(f"#{Alerts.RESULT}", "Silence #1", timeout=20)
+    dash_duo.wait_for_contains_text(f"#{Alerts.SILENCES}", MATCHER, timeout=20)
+    dash_duo.wait_for_contains_text(f"#{Alerts.STATES}", "silenced by #1", timeout=20)
+    [silence] = store.silences(active_at=time.time())
+    assert (silence.rule, silence.target, silence.subject) == (
+        "queue_saturation",
+        "testbed",
+        "unbatched",
+    )
+    assert 1790 <= silence.ends_at - silence.starts_at <= 1810
+    assert silence.comment == "load test"
+    screenshot("alerts-silenced")
+
+    # Ended from its button: the alert is no longer held back.
+    dash_duo.find_element(f"#{Alerts.SILENCES}").find_element(By.TAG_NAME, "button").click()
+    dash_duo.wait_for_contains_text(f"#{Alerts.RESULT}", "Silence #1 ended", timeout=20)
+    dash_duo.wait_for_contains_text(f"#{Alerts.SILENCES}", "no silence in force", timeout=20)
+    assert "silenced by" not in dash_duo.find_element(f"#{Alerts.STATES}").text
+    assert store.silences(active_at=time.time()) == []
+    assert severe_logs(dash_duo) == []
