@@ -59,6 +59,7 @@ from dashboard.components.text import (
     fmt_time,
     model_href,
     recs_href,
+    silence_href,
 )
 
 __all__ = [
@@ -94,6 +95,7 @@ __all__ = [
     "recommendation_detail",
     "recommendation_list",
     "recs_href",
+    "silence_href",
     "silence_matcher",
     "silences_table",
     "sort_rows",

@@ -13,7 +13,7 @@ from typing import Any
 
 from dash import dcc, html
 
-from dashboard.components.text import fmt_ago, fmt_time, model_href
+from dashboard.components.text import fmt_ago, fmt_time, model_href, silence_href
 from dashboard.ids import Alerts
 from dashboard.queries import AlertRow, AlertsView, Notification, ReceiverOutbox, Silence
 from dashboard.theme import severity_class
@@ -80,19 +80,26 @@ def _alert_details(row: AlertRow) -> list[Any]:
     return parts
 
 
-def alerts_table(rows: Sequence[AlertRow], now: float) -> list[Any]:
+def _silenced(row: AlertRow, can_silence: bool) -> Any:
+    if row.silenced_by is not None:
+        s = row.silenced_by
+        return f"silenced by #{s.id} until {fmt_time(s.ends_at)}"
+    a = row.alert
+    if can_silence and a.state != "resolved":
+        href = silence_href(a.rule, a.target, a.subject or None)
+        return dcc.Link("silence…", href=href, className="silence-link")
+    return "—"
+
+
+def alerts_table(rows: Sequence[AlertRow], now: float, *, can_silence: bool = False) -> list[Any]:
     """Every alert: state, severity, rule, target, model or device, since when, the
-    silence holding it back, and its summary."""
+    silence holding it back (or, for an admin, a link that fills in the silence form
+    for it), and its summary."""
     if not rows:
         return [html.H3("Alerts"), html.P("no alerts", className="muted empty-alerts")]
     body = []
     for row in rows:
         a = row.alert
-        silenced = (
-            f"silenced by #{row.silenced_by.id} until {fmt_time(row.silenced_by.ends_at)}"
-            if row.silenced_by is not None
-            else "—"
-        )
         body.append(
             html.Tr(
                 [
@@ -102,7 +109,7 @@ def alerts_table(rows: Sequence[AlertRow], now: float) -> list[Any]:
                     html.Td(a.target),
                     html.Td(_subject(row)),
                     html.Td(_since(row, now), className="muted"),
-                    html.Td(silenced, className="alert-silenced"),
+                    html.Td(_silenced(row, can_silence), className="alert-silenced"),
                     html.Td(_alert_details(row)),
                 ],
                 className=f"alert-row alert-row-{a.state}",

@@ -8,7 +8,13 @@ from typing import Any
 
 from dash import dcc, html
 
-from dashboard.components.text import evidence_facts, fmt_ago, fmt_time, model_href
+from dashboard.components.text import (
+    evidence_facts,
+    fmt_ago,
+    fmt_time,
+    model_href,
+    silence_href,
+)
 from dashboard.queries import StoredFinding, is_open
 from dashboard.theme import severity_class
 
@@ -37,8 +43,9 @@ def findings_list(findings: Sequence[StoredFinding], now: float) -> list[Any]:
     return [html.H3("Findings"), html.Ul(items, className="findings")]
 
 
-def events_list(events: Sequence[StoredFinding]) -> list[Any]:
-    """Findings (and later other events), each with its evidence and model link."""
+def events_list(events: Sequence[StoredFinding], *, can_silence: bool = False) -> list[Any]:
+    """Findings (and later other events), each with its evidence and model link; an
+    open one with a link to silence its alerts when ``can_silence`` (an admin)."""
     if not events:
         return [html.P("nothing matches these filters", className="muted empty-events")]
     rows = []
@@ -60,6 +67,17 @@ def events_list(events: Sequence[StoredFinding]) -> list[Any]:
                             html.Span(
                                 f"{state} · {fmt_time(e.window_start)} – {fmt_time(e.window_end)}",
                                 className="muted",
+                            ),
+                            *(
+                                [
+                                    dcc.Link(
+                                        "silence its alerts",
+                                        href=silence_href(e.kind, e.target, e.subject),
+                                        className="silence-link",
+                                    )
+                                ]
+                                if can_silence and is_open(e)
+                                else []
                             ),
                         ],
                         className="event-head",

@@ -52,6 +52,12 @@ def recs_href(target: str, model: str) -> str:
     return "/recommendations?" + urlencode({"target": target, "model": model})
 
 
+def silence_href(rule: str | None, target: str | None, subject: str | None) -> str:
+    """The alerts page with its silence form filled in for these matchers."""
+    chosen = {"rule": rule, "target": target, "model": subject}
+    return "/alerts?" + urlencode({k: v for k, v in chosen.items() if v})
+
+
 def banner(messages: Sequence[str]) -> list[Any]:
     """An alert line per message; nothing when there is none."""
     return [html.Div(m, className="banner", role="alert") for m in messages]

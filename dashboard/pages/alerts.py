@@ -1,6 +1,8 @@
 """Alerts: ``/alerts``. Every alert's state (pending, firing, resolved) with the
 silence holding it back, the silences in force, and the notification outbox per
 receiver with the notifications that could not be delivered and their last error.
+``/alerts?rule=…&target=…&model=…`` fills in the silence form (each open alert's and
+finding's "silence" link for an admin).
 
 An admin silences alerts here (by rule, target and model, for a duration) and ends a
 silence; a viewer sees the same page without the form and the end buttons. Both
@@ -31,19 +33,27 @@ ADMIN_ONLY = "Only an admin can silence alerts or end a silence."
 _DEFAULT_DURATION = "2h"
 
 
-def _choice(component_id: str, what: str) -> Any:
+def _choice(component_id: str, what: str, given: Any) -> Any:
+    """A dropdown started at ``given`` (from the query string); the tick fills in the
+    choices."""
+    value = given if isinstance(given, str) and given else None
     return dcc.Dropdown(
-        id=component_id, placeholder=f"any {what}", clearable=True, options=[], value=None
+        id=component_id,
+        placeholder=f"any {what}",
+        clearable=True,
+        options=[{"label": value, "value": value}] if value else [],
+        value=value,
     )
 
 
-def _silence_form(admin: bool) -> Any:
+def _silence_form(admin: bool, query: dict[str, Any]) -> Any:
     """The form is always in the layout (its callbacks need it), shown to admins only;
-    the callbacks check the role again."""
+    the callbacks check the role again. ``/alerts?rule=…&target=…&model=…`` fills it
+    in (the alerts' and findings' silence links)."""
     fields = [
-        *labelled("rule", _choice(Alerts.RULE, "rule")),
-        *labelled("target", _choice(Alerts.TARGET, "target")),
-        *labelled("model", _choice(Alerts.SUBJECT, "model or device")),
+        *labelled("rule", _choice(Alerts.RULE, "rule", query.get("rule"))),
+        *labelled("target", _choice(Alerts.TARGET, "target", query.get("target"))),
+        *labelled("model", _choice(Alerts.SUBJECT, "model or device", query.get("model"))),
         *labelled(
             "for",
             dcc.Input(
@@ -75,7 +85,7 @@ def _silence_form(admin: bool) -> Any:
     )
 
 
-def layout(**_query: Any) -> Any:
+def layout(**query: Any) -> Any:
     admin = auth.is_admin()
     return live_page(
         Alerts,
@@ -92,7 +102,7 @@ def layout(**_query: Any) -> Any:
                         ],
                         className="panel silences-panel",
                     ),
-                    _silence_form(admin),
+                    _silence_form(admin, query),
                 ],
                 className="alerts-panels",
             ),
@@ -130,7 +140,7 @@ def register_callbacks(
         return (
             components.banner([view.error] if view.error else []),
             components.alerts_summary(view),
-            components.alerts_table(view.alerts, view.generated_at),
+            components.alerts_table(view.alerts, view.generated_at, can_silence=auth.is_admin()),
             components.silences_table(view.silences, can_end=auth.is_admin()),
             components.outbox_panel(view.outbox, view.failed),
             options(view.rules),

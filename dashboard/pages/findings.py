@@ -1,7 +1,8 @@
 """Findings: active and past events, filterable by target, model, kind, severity and
-state, each with its evidence and a link to its model page. The page reads
-``DashboardQueries.events``, so alert states and notification deliveries appear here
-once the query module reads them; the layout does not change.
+state, each with its evidence and a link to its model page; for an admin, an open
+finding links to the alerts page with a silence for its alerts filled in. The page
+reads ``DashboardQueries.events``; alert states, silences and notification deliveries
+are on the alerts page (``/alerts``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 import dash
 from dash import Dash, Input, Output, dcc, html
 
-from dashboard import components
+from dashboard import auth, components
 from dashboard.ids import Findings
 from dashboard.page_parts import live_page, options, register_tick
 from dashboard.queries import DashboardQueries, EventsView, from_json, to_json
@@ -95,7 +96,7 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
         view = from_json(EventsView, data)
         return (
             components.banner([view.error] if view.error else []),
-            components.events_list(view.events),
+            components.events_list(view.events, can_silence=auth.is_admin()),
             options(view.targets),
             options(view.subjects),
             options(view.kinds),

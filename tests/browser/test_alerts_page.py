@@ -1,7 +1,7 @@
 """The alerts page in headless Chromium, served on localhost (an admin: no password, a
 loopback address) from a seeded SQLite store holding a firing alert and a dead
 notification: the page shows both, and a silence is created from the form, marks the
-alert, and is ended from its button."""
+alert, and is ended from its button; the findings page links to the same form."""
 
 from __future__ import annotations
 
@@ -68,10 +68,11 @@ def test_an_admin_sees_a_firing_alert_and_silences_it(dash_duo, seeded_store, sc
     assert "1 firing" in dash_duo.find_element(f"#{Alerts.SUMMARY}").text
     screenshot("alerts-firing")
 
-    # A silence for that alert, from the form.
-    dash_duo.select_dcc_dropdown(f"#{Alerts.RULE}", value="queue saturation")
-    dash_duo.select_dcc_dropdown(f"#{Alerts.TARGET}", value="testbed")
-    dash_duo.select_dcc_dropdown(f"#{Alerts.SUBJECT}", value="unbatched")
+    # A silence for that alert: its link fills in the form.
+    dash_duo.find_element(f"#{Alerts.STATES} a.silence-link").click()
+    dash_duo.wait_for_contains_text(f"#{Alerts.RULE}", "queue saturation", timeout=20)
+    assert "testbed" in dash_duo.find_element(f"#{Alerts.TARGET}").text
+    assert "unbatched" in dash_duo.find_element(f"#{Alerts.SUBJECT}").text
     duration = dash_duo.find_element(f"#{Alerts.DURATION}")
     dash_duo.clear_input(duration)
     duration.send_keys("30m")
@@ -96,4 +97,10 @@ def test_an_admin_sees_a_firing_alert_and_silences_it(dash_duo, seeded_store, sc
     dash_duo.wait_for_contains_text(f"#{Alerts.SILENCES}", "no silence in force", timeout=20)
     assert "silenced by" not in dash_duo.find_element(f"#{Alerts.STATES}").text
     assert store.silences(active_at=time.time()) == []
+
+    # The findings page offers the same form for an open finding's alerts.
+    next(a for a in dash_duo.find_elements(f"#{Shell.NAV} a") if a.text == "Findings").click()
+    dash_duo.wait_for_element("a.silence-link", timeout=20).click()
+    dash_duo.wait_for_contains_text(f"#{Alerts.RULE}", "batching off", timeout=20)
+    assert "unbatched" in dash_duo.find_element(f"#{Alerts.SUBJECT}").text
     assert severe_logs(dash_duo) == []

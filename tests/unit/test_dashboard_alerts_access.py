@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,7 @@ def _render(client: FlaskClient, headers: dict[str, str]) -> str:
     return json.dumps(tick.get_json()) + page.get_data(as_text=True)
 
 
-def test_both_roles_see_alerts_only_an_admin_gets_end_buttons_and_no_body_is_sent(
+def test_both_roles_see_alerts_only_an_admin_gets_silence_controls_and_no_body_is_sent(
     client: FlaskClient, store: Store
 ) -> None:
     state = AlertState(
@@ -235,8 +236,9 @@ def test_both_roles_see_alerts_only_an_admin_gets_end_buttons_and_no_body_is_sen
     )
     # A body holding what a receiver's settings might: the page never shows bodies.
     body = json.dumps({"secret": SECRET, "url": "https://user:pw@hooks.example.com/x"})
+    other = replace(state, fingerprint="fp2", rule="failure_rate", annotations={})
     store.save_alert_evaluation(
-        [state], notifications=[NewNotification("w1", "hook", "fp", "firing", body, 1e9)]
+        [state, other], notifications=[NewNotification("w1", "hook", "fp", "firing", body, 1e9)]
     )
     store.add_silence(starts_at=0.0, ends_at=4e9, rule="queue_saturation")
     for headers, buttons in ((ADMIN, True), (VIEWER, False)):
@@ -244,4 +246,7 @@ def test_both_roles_see_alerts_only_an_admin_gets_end_buttons_and_no_body_is_sen
         assert "resnet50 queues: 70% of request time queued" in shown
         assert "silenced by #1" in shown and '"hook"' in shown
         assert (Alerts.END in shown) is buttons
+        # The unsilenced alert's link to a filled-in form, for an admin only.
+        link = "alerts?rule=failure_rate&target=triton-a&model=resnet50"
+        assert (link in shown) is buttons
         assert SECRET not in shown and "user:pw" not in shown
