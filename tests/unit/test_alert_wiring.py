@@ -15,6 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 import yaml
 
 from alerts.runtime import AlertsInProcess
@@ -160,3 +161,23 @@ def test_without_receivers_states_are_kept_and_nothing_is_delivered(tmp_path: Pa
         (state,) = store.alert_states()
         assert (state.rule, state.subject, state.state) == ("queue_saturation", "m", "firing")
         assert store.notification_counts() == {}
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_a_released_lease_goes_to_the_next_evaluator_at_once(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        f"sqlite:///{tmp_path / 'lease.db'}"
+        if backend == "sqlite"
+        else str(request.getfixturevalue("pg_url"))
+    )
+    with Store(url) as store:
+        assert store.hold_alert_evaluation("a", 100.0, 30)
+        assert not store.release_alert_evaluation("b"), "only the holder hands it back"
+        assert not store.hold_alert_evaluation("b", 101.0, 30)
+        assert store.release_alert_evaluation("a")
+        assert store.hold_alert_evaluation("b", 102.0, 30)  # not waiting until 130
+        assert not store.hold_alert_evaluation("a", 103.0, 30)
