@@ -16,11 +16,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import requests
+from sqlalchemy.exc import SQLAlchemyError
 
 from alerts.cli import parse_duration_s
 from alerts.rules import RULE_NAMES
@@ -275,19 +277,35 @@ class AlertSilences:
         if len(comment) > _MAX_COMMENT_CHARS:
             raise ActionRefused(f"the comment is longer than {_MAX_COMMENT_CHARS} characters")
         now = self._clock()
-        return self._store.add_silence(
-            starts_at=now,
-            ends_at=now + seconds,
-            rule=rule,
-            target=target,
-            subject=subject,
-            created_by=created_by,
-            comment=comment,
-        )
+        with _store_errors_refused():
+            return self._store.add_silence(
+                starts_at=now,
+                ends_at=now + seconds,
+                rule=rule,
+                target=target,
+                subject=subject,
+                created_by=created_by,
+                comment=comment,
+            )
 
     def end(self, silence_id: int) -> None:
         """End silence ``silence_id`` now; refused when it is not in force."""
         now = self._clock()
-        if not any(s.id == silence_id for s in self._store.silences(active_at=now)):
-            raise ActionRefused(f"silence #{silence_id} is not in force")
-        self._store.end_silence(silence_id, now)
+        with _store_errors_refused():
+            if not any(s.id == silence_id for s in self._store.silences(active_at=now)):
+                raise ActionRefused(f"silence #{silence_id} is not in force")
+            self._store.end_silence(silence_id, now)
+
+
+@contextmanager
+def _store_errors_refused() -> Iterator[None]:
+    """A store that cannot be read or written refuses the action in one line (the
+    page shows it) instead of failing the callback."""
+    try:
+        yield
+    except (ConfigError, SQLAlchemyError, OSError) as exc:
+        log.warning("dashboard: a silence could not be stored: %s", exc, exc_info=True)
+        text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        raise ActionRefused(
+            f"the store could not be written: {(text[0] if text else type(exc).__name__)[:200]}"
+        ) from None

@@ -209,3 +209,16 @@ def test_a_bad_silence_is_refused_and_nothing_is_stored(
     with pytest.raises(ActionRefused, match=refusal):
         AlertSilences(store, clock=lambda: NOW).add(**values)  # type: ignore[arg-type]
     assert store.silences() == []
+
+
+def test_a_store_that_cannot_be_written_refuses_in_one_line(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path}/missing-dir/x.db")  # opened on the first use
+    silences = AlertSilences(store, clock=lambda: NOW)
+    try:
+        with pytest.raises(ActionRefused, match="the store could not be written") as err:
+            silences.add(rule="queue_saturation", target=None, subject=None, duration="1h")
+        assert "\n" not in str(err.value)
+        with pytest.raises(ActionRefused, match="the store could not be written"):
+            silences.end(1)
+    finally:
+        store.close()
