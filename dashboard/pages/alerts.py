@@ -11,6 +11,7 @@ actions check the role again on the server, whatever the page showed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import dash
@@ -20,7 +21,7 @@ from dashboard import auth, components
 from dashboard.actions import ActionRefused, AlertSilences
 from dashboard.components.text import fmt_time
 from dashboard.ids import Alerts
-from dashboard.page_parts import labelled, live_page, options, register_tick
+from dashboard.page_parts import labelled, live_page, register_tick
 from dashboard.queries import AlertsView, DashboardQueries, from_json, to_json
 
 dash.register_page(  # type: ignore[no-untyped-call]
@@ -132,10 +133,15 @@ def register_callbacks(
         Output(Alerts.TARGET, "options"),
         Output(Alerts.SUBJECT, "options"),
         Input(Alerts.DATA, "data"),
+        State(Alerts.RULE, "value"),
+        State(Alerts.TARGET, "value"),
+        State(Alerts.SUBJECT, "value"),
     )
-    def render(data: Any) -> tuple[Any, ...]:
+    def render(data: Any, rule: Any, target: Any, subject: Any) -> tuple[Any, ...]:
+        # The choices keep what is chosen (from a link, or a name not seen yet): a
+        # choice dropped from its dropdown would widen the silence to any value.
         if data is None:
-            return [], [], [], [], [], [], [], []
+            return [], [], [], [], [], _exact([], rule), _exact([], target), _exact([], subject)
         view = from_json(AlertsView, data)
         return (
             components.banner([view.error] if view.error else []),
@@ -143,9 +149,9 @@ def register_callbacks(
             components.alerts_table(view.alerts, view.generated_at, can_silence=auth.is_admin()),
             components.silences_table(view.silences, can_end=auth.is_admin()),
             components.outbox_panel(view.outbox, view.failed),
-            options(view.rules),
-            _exact(view.targets),
-            _exact(view.subjects),
+            _exact(view.rules, rule, label=lambda r: r.replace("_", " ")),
+            _exact(view.targets, target),
+            _exact(view.subjects, subject),
         )
 
     _register_changes(app, silences)
@@ -223,9 +229,14 @@ def _register_changes(app: Dash, silences: AlertSilences | None) -> None:
         return [html.P(f"Silence #{silence_id} ended.", className="ok")], int(n or 0) + 1
 
 
-def _exact(names: list[str]) -> list[dict[str, str]]:
-    """Dropdown options showing names as they are (a target or model name)."""
-    return [{"label": name, "value": name} for name in names]
+def _exact(
+    names: list[str], chosen: Any, *, label: Callable[[str], str] = str
+) -> list[dict[str, str]]:
+    """Dropdown options for ``names`` and the ``chosen`` value, each shown as it is (a
+    target or model name) or as ``label`` spells it."""
+    extra = [chosen] if isinstance(chosen, str) and chosen and chosen not in names else []
+    every = [*names, *extra]
+    return [{"label": label(name), "value": name} for name in every]
 
 
 def _text(value: Any) -> str | None:

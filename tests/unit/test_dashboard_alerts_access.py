@@ -179,7 +179,9 @@ def test_a_redrawn_list_ends_nothing(client: FlaskClient, store: Store) -> None:
     assert store.silences(active_at=1e9) == [silence]
 
 
-def _render(client: FlaskClient, headers: dict[str, str]) -> str:
+def _render(client: FlaskClient, headers: dict[str, str], *, target: str | None = None) -> str:
+    """The page as ``headers``' role gets it: the tick, then the panels drawn from it
+    (``target``: the target already chosen in the silence form)."""
     tick = client.post(
         "/_dash-update-component",
         headers=headers,
@@ -209,7 +211,11 @@ def _render(client: FlaskClient, headers: dict[str, str]) -> str:
             "output": key,
             "outputs": outputs,
             "inputs": [{"id": Alerts.DATA, "property": "data", "value": data}],
-            "state": [],
+            "state": [
+                {"id": Alerts.RULE, "property": "value", "value": None},
+                {"id": Alerts.TARGET, "property": "value", "value": target},
+                {"id": Alerts.SUBJECT, "property": "value", "value": None},
+            ],
             "changedPropIds": [f"{Alerts.DATA}.data"],
         },
     )
@@ -250,3 +256,10 @@ def test_both_roles_see_alerts_only_an_admin_gets_silence_controls_and_no_body_i
         link = "alerts?rule=failure_rate&target=triton-a&model=resnet50"
         assert (link in shown) is buttons
         assert SECRET not in shown and "user:pw" not in shown
+
+
+def test_a_chosen_target_stays_among_the_choices(client: FlaskClient, store: Store) -> None:
+    # Chosen from a link before any alert names it: dropping it from the choices would
+    # widen the silence to every target.
+    shown = _render(client, ADMIN, target="triton-new")
+    assert '{"label":"triton-new","value":"triton-new"}' in shown.replace(" ", "")
