@@ -263,3 +263,26 @@ def test_a_chosen_target_stays_among_the_choices(client: FlaskClient, store: Sto
     # widen the silence to every target.
     shown = _render(client, ADMIN, target="triton-new")
     assert '{"label":"triton-new","value":"triton-new"}' in shown.replace(" ", "")
+
+
+def _form_class(client: FlaskClient, headers: dict[str, str]) -> str:
+    from dashboard.pages import alerts  # importable once an app exists
+
+    with client.application.test_request_context("/alerts", headers=headers):
+        client.application.preprocess_request()  # the login gate sets the role
+        page = alerts.layout(target="triton-a")
+    [form] = [c for c in _walk(page) if getattr(c, "id", None) == Alerts.FORM]
+    return str(form.className)
+
+
+def _walk(component: Any) -> Iterator[Any]:
+    yield component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, list) else [children]:
+        if child is not None and not isinstance(child, str):
+            yield from _walk(child)
+
+
+def test_the_form_is_laid_out_for_an_admin_and_hidden_from_a_viewer(client: FlaskClient) -> None:
+    assert "silence-form" in _form_class(client, ADMIN)
+    assert _form_class(client, VIEWER) == "hidden"
