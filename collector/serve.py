@@ -22,7 +22,7 @@ from collector.config import Settings
 from collector.scheduler import CollectorService, build_sources
 from collector.store import Store
 
-__all__ = ["Service", "every"]
+__all__ = ["Service", "analysis_jobs", "every", "http_url"]
 
 log = logging.getLogger("batchscope.serve")
 
@@ -42,6 +42,24 @@ def every(
 
     run_at_most_every.__name__ = getattr(job, "__name__", "job")
     return run_at_most_every
+
+
+def analysis_jobs(
+    settings: Settings, alerts: AlertsInProcess
+) -> list[Callable[[Store, float], object]]:
+    """What runs after the scrapes, in order: the detectors, the recommender (at most
+    every ``recommend_every_s``), then the alert rules — last, so that a firing alert
+    reads this pass's findings and recommendation (the fix it carries)."""
+    return [
+        detector_job(detector_settings(settings.analysis)),
+        every(settings.recommend_every_s, recommender_job(settings.slo_p95_ms)),
+        *alerts.jobs,
+    ]
+
+
+def http_url(host: str, port: int) -> str:
+    """The URL of a server listening on ``host:port`` (an IPv6 address bracketed)."""
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
 class Service:
@@ -64,15 +82,11 @@ class Service:
         # The one store (one engine) of the process: collector, analyses, UI and Apply.
         self.store = Store(settings.db_url)
         self.alerts = AlertsInProcess(self.store, settings)
-        # The alert rules last: a firing alert reads this pass's findings and
-        # recommendation (the fix it carries).
-        analyses = [
-            detector_job(detector_settings(settings.analysis)),
-            every(settings.recommend_every_s, recommender_job(settings.slo_p95_ms)),
-            *self.alerts.jobs,
-        ]
         self.collector = CollectorService(
-            settings, self.store, build_sources(settings), analyses=analyses
+            settings,
+            self.store,
+            build_sources(settings),
+            analyses=analysis_jobs(settings, self.alerts),
         )
         self.actions = ConfigActions(self.store, settings.targets, apply=settings.ui_apply)
         self.app = create_app(
@@ -89,9 +103,8 @@ class Service:
 
     @property
     def url(self) -> str:
-        host = f"[{self._host}]" if ":" in self._host else self._host
         port = self._server.effective_port if self._server is not None else self._port
-        return f"http://{host}:{port}/"
+        return http_url(self._host, port)
 
     def start(self) -> None:
         import waitress

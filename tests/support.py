@@ -1,14 +1,17 @@
-"""Small helpers the tests share: a free port and waiting for a condition."""
+"""Small helpers the tests share: a free port, waiting for a condition, stopping a
+process a test started."""
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 
 import requests
 
-__all__ = ["free_port", "wait_until"]
+__all__ = ["free_port", "stop_process", "wait_until"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -32,3 +35,15 @@ def wait_until(
             pass
         time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+    """Stop a process a test started, as an operator would (SIGTERM), killing it when it
+    does not exit within ``timeout_s``; nothing when it has already exited."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

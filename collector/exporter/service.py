@@ -28,16 +28,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from alerts.runtime import AlertsInProcess
-from collector.analysis.detect import detector_job, detector_settings
+from collector.analysis.detect import detector_settings
 from collector.analysis.health import HealthState
-from collector.analysis.recommend import recommender_job
 from collector.analysis.status import judge_targets
 from collector.config import Settings
 from collector.exporter.collectors import SnapshotCollector
 from collector.exporter.keeper import SnapshotKeeper
 from collector.exporter.snapshot import ExporterSnapshot, batchscope_version, take_snapshot
 from collector.scheduler import CollectorService, build_sources
-from collector.serve import every
+from collector.serve import analysis_jobs, http_url
 from collector.store import Store
 
 __all__ = ["DEFAULT_LISTEN_PORT", "Exporter", "Readiness"]
@@ -71,13 +70,11 @@ class Exporter:
         # The analysis gauges cover the detectors' window, so they match the findings.
         self.window_s = detector_settings(settings.analysis).window_s
         self.alerts = AlertsInProcess(self.store, settings)
-        analyses = [
-            detector_job(detector_settings(settings.analysis)),
-            every(settings.recommend_every_s, recommender_job(settings.slo_p95_ms)),
-            *self.alerts.jobs,  # last: an alert reads this pass's findings and advice
-        ]
         self.collector = CollectorService(
-            settings, self.store, build_sources(settings), analyses=analyses
+            settings,
+            self.store,
+            build_sources(settings),
+            analyses=analysis_jobs(settings, self.alerts),
         )
         self._version = batchscope_version()
         # Built once per collector interval; served while younger than two (a build
@@ -128,9 +125,8 @@ class Exporter:
 
     @property
     def url(self) -> str:
-        host = f"[{self._host}]" if ":" in self._host else self._host
         port = self._server.effective_port if self._server is not None else self._port
-        return f"http://{host}:{port}/"
+        return http_url(self._host, port)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -35,7 +34,7 @@ from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer
 from tests.integration.conftest import TritonFactory
 from tests.integration.prometheus_server import answers_200
-from tests.support import free_port, wait_until
+from tests.support import free_port, stop_process, wait_until
 from tests.unit.test_alert_delivery import SECRET, Receiver
 
 pytestmark = pytest.mark.integration
@@ -67,16 +66,6 @@ class Watched:
     ui_url: str
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def watched(
     module_triton_factory: TritonFactory, tmp_path_factory: pytest.TempPathFactory
@@ -106,7 +95,7 @@ def watched(
             assert proc.poll() is None, log.read_text()[-3000:]
             yield Watched(server, db_url, receiver, ui_url)
         finally:
-            _stop(proc)
+            stop_process(proc)
             print(log.read_text()[-2000:])
 
 

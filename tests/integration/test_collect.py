@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from collector.store import Store
 from collector.testbed.load import run_load
 from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import TritonServer
-from tests.support import wait_until
+from tests.support import stop_process, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -73,13 +72,7 @@ def collector_run(
         yield proc, db_url, log_path
     finally:
         store.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -54,7 +53,7 @@ from tests.integration.prometheus_server import (
     answers_200,
     host_port,
 )
-from tests.support import free_port, wait_until
+from tests.support import free_port, stop_process, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -134,7 +133,7 @@ def collector_db(server: TritonServer, tmp_path_factory: pytest.TempPathFactory)
         yield db_url
     finally:
         store.close()
-        _stop(proc)
+        stop_process(proc)
 
 
 @pytest.fixture(scope="module")
@@ -166,17 +165,7 @@ def exporter_url(server: TritonServer, tmp_path_factory: pytest.TempPathFactory)
         assert proc.poll() is None, (workdir / "exporter.log").read_text()[-3000:]
         yield url
     finally:
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture(scope="module")
