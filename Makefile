@@ -65,8 +65,9 @@ system-deps:
 demo: install
 	$(VENV)/bin/batchscope demo
 
+# The slowest tests are listed at the end, to keep the suite within its 15 minutes.
 test: lint system-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 unit: install system-deps
 	$(PY) -m pytest -q tests/unit
