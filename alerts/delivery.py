@@ -165,6 +165,10 @@ def deliver_due(
     now = clock() if now is None else now
     rng = rng or random.Random()
     report = DeliveryReport()
+    # A read first: claiming is a write transaction, which on SQLite would take the
+    # write lock from the collector every second while the outbox has nothing due.
+    if not store.due_notifications(now, limit=1):
+        return report
     gone = store.receivers_gone()
     # Claimed for longer than one try can take (connect and read, each up to the
     # timeout), so a live delivery never loses its claim to another.

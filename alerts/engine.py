@@ -120,13 +120,11 @@ class _Evaluation:
 
     settings: AlertSettings
     now: float
-    rules: dict[str, Rule]
     silences: Sequence[Silence]
     last_notified: Mapping[tuple[str, str], float]
     store: Store
-    recommendations: dict[tuple[str, str], StoredRecommendation | None] = field(
-        default_factory=dict
-    )
+    # The latest recommendation per (target, model), read once when first needed.
+    latest_recommendations: dict[tuple[str, str], StoredRecommendation] | None = None
     changed: list[AlertState] = field(default_factory=list)
     forget: list[str] = field(default_factory=list)
     notifications: list[NewNotification] = field(default_factory=list)
@@ -171,12 +169,12 @@ class _Evaluation:
         """The model's latest recommendation while it is open (not applied since)."""
         if condition.subject_label != "model" or not condition.subject:
             return None
-        key = (condition.target, condition.subject)
-        if key not in self.recommendations:
-            stored = self.store.recommendations(target=key[0], model=key[1])
-            latest = stored[-1] if stored else None
-            self.recommendations[key] = latest if latest and latest.status == "open" else None
-        return self.recommendations[key]
+        if self.latest_recommendations is None:
+            self.latest_recommendations = {
+                (r.target, r.model): r for r in self.store.latest_recommendations()
+            }
+        latest = self.latest_recommendations.get((condition.target, condition.subject))
+        return latest if latest is not None and latest.status == "open" else None
 
     def clear(self, state: AlertState) -> None:
         if state.state == "pending":
@@ -249,7 +247,6 @@ def evaluate_alerts(
     evaluation = _Evaluation(
         settings=settings.alerts,
         now=now,
-        rules=rules,
         silences=store.silences(active_at=now),
         last_notified=store.last_notified([s.fingerprint for s in existing.values()]),
         store=store,

@@ -23,7 +23,6 @@ from collector.analysis.detect.detectors import (
 from collector.analysis.health import HealthState
 from collector.analysis.status import ModelStatus, TargetStatus
 from collector.config import AlertSettings
-from collector.records import ModelRates
 from collector.store import StoredFinding
 
 __all__ = [
@@ -36,7 +35,6 @@ __all__ = [
     "Key",
     "Rule",
     "RuleOutcome",
-    "failed_share",
     "finding_conditions",
     "model_conditions",
     "target_conditions",
@@ -185,13 +183,6 @@ def target_conditions(targets: Sequence[TargetStatus], outcome: RuleOutcome) -> 
             outcome.add_clear(key)
 
 
-def failed_share(rates: ModelRates) -> float | None:
-    """Failed requests / all requests over the rates' window; ``None`` without any.
-    (``requests_per_s`` counts successes only, as Triton's ``request_success``.)"""
-    total = rates.requests_per_s + rates.fail_per_s
-    return rates.fail_per_s / total if total > 0 else None
-
-
 def model_conditions(
     models: Sequence[ModelStatus],
     settings: AlertSettings,
@@ -203,7 +194,7 @@ def model_conditions(
     for m in models:
         if not m.up or m.rates is None:
             continue
-        share = failed_share(m.rates)
+        share = m.rates.failed_share
         if share is not None:
             key = (FAILURE_RATE, m.target, m.model)
             if share >= settings.failure_share:

@@ -31,7 +31,7 @@ from collector.errors import ConfigError
 from collector.settings_fields import Positive, Seconds, not_bool
 
 __all__ = [
-    "ALERT_SEVERITIES",
+    "Severity",
     "RECEIVER_KINDS",
     "AlertRuleSettings",
     "AlertSettings",
@@ -45,7 +45,8 @@ __all__ = [
 
 #: Receiver kinds: each receiver has exactly one of these keys.
 RECEIVER_KINDS = ("webhook", "slack", "alertmanager")
-ALERT_SEVERITIES = ("info", "warning", "critical")
+#: How urgent an alert is (a rule's severity, a route's match).
+Severity = Literal["info", "warning", "critical"]
 _WHSEC = "whsec_"
 
 
@@ -197,7 +198,7 @@ class RouteSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     match: dict[str, str] = Field(default_factory=dict)
-    severity: tuple[Literal["info", "warning", "critical"], ...] = ()
+    severity: tuple[Severity, ...] = ()
     receivers: Annotated[tuple[str, ...], Field(min_length=1)]
 
     def matches(self, labels: Mapping[str, str]) -> bool:
@@ -213,7 +214,7 @@ class AlertRuleSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     for_s: Annotated[float | None, Field(ge=0, allow_inf_nan=False)] = None
-    severity: Literal["info", "warning", "critical"] | None = None
+    severity: Severity | None = None
     enabled: bool = True
 
 

@@ -53,10 +53,12 @@ def collecting_settings(
     interval_s: float | str | None,
     sources: list[str] | None,
     duration_s: float | str | None = None,
+    default_db_url: str | None = None,
 ) -> Settings:
     """Settings for a command that scrapes Triton: the file and environment, then the
-    command's ``--triton``, ``--metrics-url`` and ``--db`` and the given collection
-    overrides (``None`` leaves a setting as the file or environment says)."""
+    command's ``--triton``, ``--metrics-url`` and ``--db`` (or ``default_db_url`` when
+    it has its own store) and the given collection overrides (``None`` leaves a
+    setting as the file or environment says)."""
     from collector.config import load_settings
     from collector.sources import SOURCES
 
@@ -65,7 +67,7 @@ def collecting_settings(
         overrides={
             "triton": args.triton,
             "metrics_url": args.metrics_url,
-            "db_url": args.db_url,
+            "db_url": args.db_url or default_db_url,
             "interval_s": interval_s,
             "duration_s": duration_s,
             "sources": sources,

@@ -293,6 +293,13 @@ class ModelRates:
         return self.requests_per_s * self.request_us_per_request / 1e6
 
     @property
+    def failed_share(self) -> float | None:
+        """Failed requests / all finished requests over the window; ``None`` without any.
+        (``requests_per_s`` counts successes only, as Triton's ``request_success``.)"""
+        total = self.requests_per_s + self.fail_per_s
+        return self.fail_per_s / total if total > 0 else None
+
+    @property
     def compute_us_per_request(self) -> float | None:
         """Input + infer + output time per request; ``None`` when none of them is known."""
         parts = [

@@ -96,19 +96,14 @@ def _settings(args: argparse.Namespace, own_db_url: str | None) -> Settings:
     exporter's temporary store, when no --db) with a retention just long enough."""
     from collector.analysis.detect import detector_settings
     from collector.analysis.recommend.settings import DEFAULT_SETTINGS
-    from collector.config import RetentionSettings, load_settings
-    from collector.sources import SOURCES
+    from collector.command_support import collecting_settings, split_list
+    from collector.config import RetentionSettings
 
-    settings = load_settings(
-        config_file=args.config,
-        overrides={
-            "triton": args.triton,
-            "metrics_url": args.metrics_url,
-            "db_url": args.db_url or own_db_url,
-            "interval_s": args.interval,
-            "sources": args.sources.split(",") if args.sources else None,
-        },
-        known_sources=set(SOURCES),
+    settings = collecting_settings(
+        args,
+        interval_s=args.interval,
+        sources=split_list(args.sources),
+        default_db_url=own_db_url,
     )
     if own_db_url is None:
         return settings

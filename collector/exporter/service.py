@@ -29,8 +29,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from alerts.runtime import AlertsInProcess
 from collector.analysis.detect import detector_settings
-from collector.analysis.health import HealthState
-from collector.analysis.status import judge_targets
+from collector.analysis.health import HealthState, target_healths
 from collector.config import Settings
 from collector.exporter.collectors import SnapshotCollector
 from collector.exporter.keeper import SnapshotKeeper
@@ -76,7 +75,7 @@ class Exporter:
             build_sources(settings),
             analyses=analysis_jobs(settings, self.alerts),
         )
-        self._version = batchscope_version()
+        self.version = batchscope_version()
         # Built once per collector interval; served while younger than two (a build
         # takes well under an interval), so a scrape does not wait for the store.
         self.keeper = SnapshotKeeper(
@@ -102,7 +101,7 @@ class Exporter:
 
     def snapshot(self, now: float | None = None) -> ExporterSnapshot:
         """One read of the store for the scrapes, judged at ``now`` (default: now)."""
-        return take_snapshot(self.store, window_s=self.window_s, now=now, version=self._version)
+        return take_snapshot(self.store, window_s=self.window_s, now=now, version=self.version)
 
     def healthy(self) -> bool:
         """Whether the collector's scheduler runs (it owns every scrape and analysis)."""
@@ -111,14 +110,16 @@ class Exporter:
     def readiness(self, now: float | None = None) -> Readiness:
         """Ready once every Triton target is up now (scraped, and lately)."""
         now = time.time() if now is None else now
-        states = {t.name: t for t in judge_targets(self.store, now)}
+        # Health only: readiness needs no machine facts (which judge_targets also reads).
+        known = self.store.targets()
+        states = {t.name: h for t, h in zip(known, target_healths(known, now), strict=True)}
         waiting = []
         for target in self.settings.targets:
             judged = states.get(target.name)
             if judged is None:
                 waiting.append(f"{target.name}: not scraped yet")
-            elif judged.health.state is not HealthState.UP:
-                waiting.append(f"{target.name}: {judged.health.state} ({judged.health.reason})")
+            elif judged.state is not HealthState.UP:
+                waiting.append(f"{target.name}: {judged.state} ({judged.reason})")
         if waiting:
             return Readiness(False, "; ".join(waiting))
         return Readiness(True, "every Triton target is up")
@@ -225,7 +226,7 @@ def landing_page(exporter: Exporter) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"
         "<title>batchscope exporter</title></head><body>"
-        f"<h1>batchscope exporter {html.escape(batchscope_version())}</h1>"
+        f"<h1>batchscope exporter {html.escape(exporter.version)}</h1>"
         "<p>Batch sizes, analysis, findings and recommendations for Prometheus.</p><ul>"
         "<li><a href='metrics'>/metrics</a>: the exposition</li>"
         "<li><a href='healthz'>/healthz</a>: 200 while the collector runs</li>"

@@ -128,8 +128,8 @@ def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'outbox.db'}"
 
 
-def fire_findings(store: Store, alerts: AlertSettings, models: Sequence[str], at: float) -> None:
-    """One firing alert per model (a queue_saturation finding each), in the outbox."""
+def add_saturation_findings(store: Store, models: Sequence[str], at: float) -> None:
+    """An open queue_saturation finding per model, as the detectors open them."""
     for model in models:
         store.add_finding(
             kind="queue_saturation",
@@ -142,6 +142,11 @@ def fire_findings(store: Store, alerts: AlertSettings, models: Sequence[str], at
             evidence={"queue_share": 0.7},
             created_at=at,
         )
+
+
+def fire_findings(store: Store, alerts: AlertSettings, models: Sequence[str], at: float) -> None:
+    """One firing alert per model (a queue_saturation finding each), in the outbox."""
+    add_saturation_findings(store, models, at)
     report = evaluate_alerts(store, Settings(alerts=alerts), now=at)
     assert len(report.notifications) == len(models)
 

@@ -21,7 +21,7 @@ from alerts.engine import evaluate_alerts
 from collector.config import load_settings
 from collector.store import Store
 from tests.support import free_port, wait_until
-from tests.unit.test_alert_delivery import SECRET, Receiver
+from tests.unit.test_alert_delivery import SECRET, Receiver, add_saturation_findings
 
 MODELS = ("m1", "m2", "m3")
 
@@ -66,18 +66,7 @@ def runs(tmp_path: Path) -> Iterator[tuple[Runs, str, int]]:
     settings = load_settings(config_file=cfg, env={}, overrides={"db_url": db})
     now = time.time()
     with Store(db) as store:
-        for model in MODELS:
-            store.add_finding(
-                kind="queue_saturation",
-                severity="warning",
-                target="triton-a",
-                subject=model,
-                summary=f"{model} queues",
-                window_start=now - 30,
-                window_end=now,
-                evidence={"queue_share": 0.7},
-                created_at=now,
-            )
+        add_saturation_findings(store, MODELS, now)
         assert len(evaluate_alerts(store, settings, now=now).notifications) == len(MODELS)
     started = Runs(cfg, db, tmp_path)
     try:

@@ -20,6 +20,7 @@ from collector.config import AlertSettings, Settings
 from collector.exporter.collectors import SnapshotCollector
 from collector.exporter.snapshot import take_snapshot
 from collector.store import Store
+from collector.store.alerts import NewNotification
 
 T0 = 1_800_000_000.0
 TARGET = "triton-a"
@@ -128,6 +129,23 @@ def test_the_outbox_per_receiver_and_state(store: Store) -> None:
 
 
 def test_the_exposition_never_shows_a_secret_or_a_receiver_url(store: Store) -> None:
+    # The store holds both, where a careless exporter could pick them up: a body, a
+    # delivery's last error, a receiver's gone reason.
+    leaky = f"{SECRET} http://127.0.0.1:9/hook"
+    store.enqueue_notifications(
+        [NewNotification("msg_leak", "hook", "fp-leak", "firing", leaky, T0)]
+    )
+    (queued,) = [n for n in store.notifications() if n.webhook_id == "msg_leak"]
+    store.record_delivery_attempt(
+        queued.id,
+        state="dead",
+        attempts=1,
+        next_attempt_at=T0,
+        last_status=None,
+        last_error=leaky,
+        finished_at=T0,
+    )
+    store.mark_receiver_gone("hook", T0, leaky)
     text = _exposition(store)
     assert SECRET.removeprefix("whsec_") not in text
     assert "127.0.0.1:9" not in text
