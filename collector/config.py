@@ -306,6 +306,19 @@ class Settings(BaseSettings):
     apply: ApplySettings = ApplySettings()
     ui: UiSettings = UiSettings()
     alerts: AlertSettings = AlertSettings()
+    # Fleet mode: the Prometheus (its base URL) whose Triton series the ``prometheus``
+    # source reads, instead of scraping each server (collector.sources.prometheus).
+    prometheus_url: str | None = None
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _prometheus_base_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{value!r} is not an http(s) URL of a Prometheus server")
+        return value.strip().rstrip("/")
 
     @field_validator("targets", mode="after")
     @classmethod

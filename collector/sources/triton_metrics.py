@@ -17,7 +17,13 @@ from collector.errors import ParseError
 from collector.records import DeviceSample, ModelMetrics, ServerMetrics
 from collector.sources.exposition import ExpositionSample, MetricFamily, parse_exposition
 
-__all__ = ["REQUEST_SUMMARY", "TritonMetrics", "map_metrics", "parse_metrics"]
+__all__ = [
+    "REQUEST_SUMMARY",
+    "TritonMetrics",
+    "TritonMetricsParser",
+    "map_metrics",
+    "parse_metrics",
+]
 
 # Per-model counters summed over every series of a (model, version): Triton keeps one
 # series per reporter -- one per GPU for KIND_GPU instances (label gpu_uuid) plus a
@@ -97,6 +103,19 @@ class _ModelAccumulator:
 def parse_metrics(text: str) -> TritonMetrics:
     """Parse and map one Triton metrics page. Raises ``ParseError``."""
     return map_metrics(parse_exposition(text))
+
+
+class TritonMetricsParser:
+    """Parses one target's metrics pages, scrape after scrape (one per target: it may
+    keep what it learnt of the previous page to read the next one faster)."""
+
+    def parse(self, body: bytes) -> TritonMetrics:
+        """Parse and map one metrics page given as bytes. Raises ``ParseError``."""
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"not UTF-8 text: {exc}") from exc
+        return parse_metrics(text)
 
 
 def map_metrics(families: Mapping[str, MetricFamily]) -> TritonMetrics:

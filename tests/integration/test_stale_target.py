@@ -85,6 +85,9 @@ def test_a_killed_triton_is_not_up_and_has_no_rates_after_the_stale_horizon(
         env=env,
     )
     try:
+        # Load only once the collector holds a sample of the model: load that ends before
+        # the first scrape adds nothing to any counter difference.
+        _poll(db_url, lambda d: any(m["last_sample_at"] for m in d["models"]), 60)
         run_load(server.grpc_url, model, concurrency=4, duration_s=2.0)
         live = _poll(
             db_url,
