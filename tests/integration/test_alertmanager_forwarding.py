@@ -20,8 +20,8 @@ from alerts.delivery import deliver_due
 from alerts.engine import evaluate_alerts
 from collector.config import AlertSettings, Settings
 from collector.store import Store
+from tests.alert_support import Receiver
 from tests.support import free_port, wait_until
-from tests.unit.test_alert_delivery import Receiver
 
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 

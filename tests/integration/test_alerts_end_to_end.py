@@ -32,10 +32,10 @@ from collector.store import Store
 from collector.testbed.load import LoadResult, run_load
 from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer
+from tests.alert_support import SECRET, Receiver
 from tests.integration.conftest import TritonFactory
 from tests.integration.prometheus_server import answers_200
 from tests.support import free_port, stop_process, wait_until
-from tests.unit.test_alert_delivery import SECRET, Receiver
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from collector.cli import main
 from collector.config import load_settings
 from collector.errors import ConfigError
 from collector.store import Store
-from tests.unit.test_alert_delivery import SECRET, Receiver
+from tests.alert_support import SECRET, Receiver
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ import pytest
 from alerts.engine import evaluate_alerts
 from collector.config import load_settings
 from collector.store import Store
+from tests.alert_support import SECRET, Receiver, add_saturation_findings
 from tests.support import free_port, wait_until
-from tests.unit.test_alert_delivery import SECRET, Receiver, add_saturation_findings
 
 MODELS = ("m1", "m2", "m3")
 

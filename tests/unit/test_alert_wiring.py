@@ -22,8 +22,8 @@ from alerts.runtime import AlertsInProcess
 from collector.config import AlertSettings, Settings
 from collector.exporter.service import Exporter
 from collector.store import Store
+from tests.alert_support import SECRET, Receiver
 from tests.support import wait_until
-from tests.unit.test_alert_delivery import SECRET, Receiver
 
 TARGET = "triton-a"
 
