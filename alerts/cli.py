@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 import time
 from dataclasses import asdict
@@ -25,27 +24,19 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from collector.errors import ConfigError
+from collector.settings_fields import parse_duration_s
 
 if TYPE_CHECKING:
     from collector.config import Settings
     from collector.store import Store
     from collector.store.alerts import AlertState, Notification, Silence
 
-__all__ = ["add_alerts_command", "parse_duration_s"]
+__all__ = ["add_alerts_command"]
 
 log = logging.getLogger("batchscope.alerts")
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: The fingerprint of ``alerts test``'s notifications.
 TEST_FINGERPRINT = "test"
-
-
-def parse_duration_s(text: str) -> float:
-    """``90``, ``90s``, ``30m``, ``2h`` or ``1d`` in seconds; ``ConfigError("for", ...)``."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if match is None or float(match.group(1)) <= 0:
-        raise ConfigError("for", f"expected a duration such as 90s, 30m, 2h or 1d; got {text!r}")
-    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
 
 
 def add_alerts_command(sub: Any) -> None:

@@ -24,7 +24,6 @@ from typing import Any
 import requests
 from sqlalchemy.exc import SQLAlchemyError
 
-from alerts.cli import parse_duration_s
 from alerts.rules import RULE_NAMES
 from collector.apply import (
     ApplyInterrupted,
@@ -38,6 +37,7 @@ from collector.apply import (
 from collector.config import ApplySettings, TargetSettings
 from collector.errors import BatchscopeError, ConfigError
 from collector.records import Recommendation
+from collector.settings_fields import parse_duration_s
 from collector.store import Store
 from collector.store.alerts import Silence
 

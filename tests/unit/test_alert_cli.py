@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from alerts.cli import parse_duration_s
 from alerts.engine import evaluate_alerts
 from collector.cli import main
 from collector.config import load_settings
 from collector.errors import ConfigError
+from collector.settings_fields import parse_duration_s
 from collector.store import Store
 from tests.alert_support import SECRET, Receiver
 
