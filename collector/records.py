@@ -30,6 +30,7 @@ __all__ = [
     "ModelStats",
     "ProcessSample",
     "QueuePolicy",
+    "ScrapeHealth",
     "ServerMetrics",
     "TritonSnapshot",
 ]
@@ -258,6 +259,25 @@ class TritonSnapshot:
     server: ServerMetrics | None = None
     # Parts that failed while the rest succeeded, e.g. {"config:mlp": "HTTP 400 ..."}.
     partial_errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ScrapeHealth:
+    """How another scraper fared at its latest scrape of a Triton target: in fleet mode
+    Prometheus scrapes the servers and its ``up`` series says whether each answered.
+
+    ``source`` is the batchscope source that read it (``"prometheus"``);
+    ``scraped_at`` when that scrape started (the sample's own timestamp, not when
+    batchscope asked); ``interval_s`` how often the target is looked at, at least the
+    collector's interval, so a slower scraper does not make the target look stale."""
+
+    target: str
+    source: str
+    scraped_at: float
+    up: bool
+    duration_s: float = 0.0
+    interval_s: float | None = None
+    error: str | None = None
 
 
 # --------------------------------------------------------------------------- derived

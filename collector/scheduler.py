@@ -1,11 +1,18 @@
-"""APScheduler jobs: one scrape job per (source, target), plus rollup and retention.
+"""The collector: every source scraped on its interval, plus the analyses, rollup and
+retention, and the targets of file_sd files kept up to date.
 
 Every scrape runs through ``CollectorService.run_source`` (node_exporter's
 ``execute()``): it times the call, catches every failure, records up/down and the
-``error_kind`` in the store, turns counters into rates and writes the records. Each
-job runs on its own worker thread with ``max_instances=1`` and coalescing, so a slow
-or dead target never delays another; a failing one is retried with exponential
-backoff up to ``backoff_max_s``.
+``error_kind`` in the store, turns counters into rates and writes the records. The
+scrapes run on a bounded pool (``collector.scrape_loop``, ``scrape_workers`` threads
+however many targets there are); a source whose previous scrape still runs skips
+that tick, so a slow or dead target never delays another, and a failing one is
+retried with exponential backoff up to ``backoff_max_s``.
+
+With ``shard: i/n`` the collector scrapes only the targets whose CRC-32 of the name
+mod n is i (``collector.discovery.in_shard``), and only shard 0 runs the store-wide
+jobs (analyses, rollup, retention): n collectors over one store cover each target
+once and do the store's work once.
 """
 
 from __future__ import annotations
@@ -15,35 +22,48 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
-
-from apscheduler.executors.pool import ThreadPoolExecutor
-from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.interval import IntervalTrigger
 
 from collector import records
 from collector.analysis.health import HOST_KIND, TRITON_KIND
 from collector.analysis.rates import rates_between
-from collector.config import Settings
+from collector.config import Settings, TargetSettings
+from collector.discovery import FileSd, in_shard
 from collector.errors import CollectError
+from collector.scrape_loop import LoopCounts, PeriodicJob, ScrapeLoop
 from collector.sources import SOURCES
 from collector.sources.base import Record, Source
 from collector.store import Store
 
-__all__ = ["CollectorService", "SourceHealth", "build_sources"]
+__all__ = ["CollectorService", "SourceHealth", "build_sources", "target_sources"]
 
 log = logging.getLogger("batchscope.collector")
-_job_logger = logging.getLogger("batchscope.collector.jobs")
-_job_logger.setLevel(logging.ERROR)
+# Waiting at shutdown: for the scrapes in flight (past their own timeout), and for an
+# analysis or housekeeping run in progress.
+_SCRAPE_GRACE_S = 2.0
+_SLOW_JOB_WAIT_S = 60.0
+
+
+def target_sources(settings: Settings, target: TargetSettings) -> list[Source]:
+    """The per-target sources of ``target`` (``triton``, ``host`` where enabled)."""
+    return [
+        SOURCES[name].factory(settings, target)
+        for name in settings.sources
+        if SOURCES[name].per_target
+    ]
 
 
 def build_sources(settings: Settings) -> list[Source]:
-    """One source per enabled per-target source and target, one per host source."""
+    """One source per enabled per-target source and target of this shard (the
+    settings' own targets; file_sd's are the service's), one per host source."""
     sources: list[Source] = []
     for name in settings.sources:
         spec = SOURCES[name]
         if spec.per_target:
-            sources.extend(spec.factory(settings, target) for target in settings.targets)
+            sources.extend(
+                spec.factory(settings, target)
+                for target in settings.targets
+                if in_shard(target.name, settings.shard_of)
+            )
         else:
             sources.append(spec.factory(settings, None))
     return sources
@@ -68,10 +88,24 @@ class CollectorService:
         *,
         analyses: Sequence[Callable[[Store, float], object]] = (),
         clock: Callable[[], float] = time.time,
+        source_factory: Callable[[TargetSettings], list[Source]] | None = None,
     ) -> None:
+        """``sources`` run from start; the targets of ``settings.file_sd`` (read now: a
+        ``ConfigError`` when a file is invalid) get theirs from ``source_factory``
+        (default: ``target_sources``) as they come and go."""
         self.settings = settings
         self.store = store
         self.sources = list(sources)
+        self._source_factory = source_factory or (lambda t: target_sources(settings, t))
+        # Where each target is scraped: the settings' own, then file_sd's as they come.
+        self._endpoints: dict[str, TargetSettings] = {t.name: t for t in settings.targets}
+        self._discovered: dict[str, tuple[TargetSettings, list[Source]]] = {}
+        self._file_sd = FileSd(settings.file_sd) if settings.file_sd else None
+        self._targets_lock = threading.Lock()
+        self._loop: ScrapeLoop | None = None
+        self._jobs: list[PeriodicJob] = []
+        if self._file_sd is not None:
+            self.update_targets(self._file_sd.load())
         # Run every ``analysis_every_s`` over what the store holds (detectors, ...).
         self.analyses = list(analyses)
         self._clock = clock
@@ -79,7 +113,6 @@ class CollectorService:
         # The previous counter sample of each series, for per-scrape rates.
         self._previous: dict[tuple[str, str, str], records.ModelSample] = {}
         self._lock = threading.Lock()
-        self._scheduler: BackgroundScheduler | None = None
 
     # ------------------------------------------------------------------ one scrape
 
@@ -126,9 +159,9 @@ class CollectorService:
 
     def _record_endpoints(self, target: str) -> None:
         """Write down where ``target`` is scraped, once a run (see ``Store.record_endpoints``)."""
-        for t in self.settings.targets:
-            if t.name == target:
-                self.store.record_endpoints(target, url=t.url, metrics_url=t.metrics_url)
+        t = self._endpoints.get(target)
+        if t is not None:
+            self.store.record_endpoints(target, url=t.url, metrics_url=t.metrics_url)
 
     def health(self, source: Source) -> SourceHealth:
         """The retry state of one source (a copy)."""
@@ -181,6 +214,12 @@ class CollectorService:
                 self.store.write_triton(record, self._rates_for(record))
             elif isinstance(record, records.HostFacts):
                 self.store.write_host_facts(target, record)
+            elif isinstance(record, records.ScrapeHealth):  # fleet mode: Prometheus's `up`
+                self.store.record_scrape(
+                    record.target, record.source, kind=TRITON_KIND, started_at=record.scraped_at,
+                    duration_s=record.duration_s, error_kind=None if record.up else "down",
+                    error=record.error, interval_s=record.interval_s,
+                )  # fmt: skip
         if devices:
             self.store.write_devices(target, now, devices)
         if processes:
@@ -235,63 +274,7 @@ class CollectorService:
                     getattr(analysis, "__name__", analysis),
                 )
 
-    # ------------------------------------------------------------------ scheduling
-
-    def start(self) -> None:
-        interval = self.settings.interval_s
-        self._scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(max_workers=len(self.sources) + 2)},
-            job_defaults={
-                "max_instances": 1,
-                "coalesce": True,
-                "misfire_grace_time": max(int(interval), 1),
-            },
-            timezone="UTC",
-            # A run skipped because the previous one is still going is expected under
-            # max_instances=1 (a slow target); it is not worth a warning per tick.
-            logger=_job_logger,
-        )
-        first = datetime.now().astimezone()
-        for i, source in enumerate(self.sources):
-            # Stagger the first runs a little so sources do not all fire at once.
-            self._scheduler.add_job(
-                self._run_job,
-                IntervalTrigger(seconds=interval, jitter=self.settings.jitter_s),
-                args=[source],
-                id=f"{source.name}:{source.target}",
-                next_run_time=first + timedelta(seconds=0.05 * i),
-            )
-        if self.analyses:
-            self._scheduler.add_job(
-                self.run_analyses,
-                IntervalTrigger(seconds=self.settings.analysis_every_s),
-                id="analysis",
-            )
-        self._scheduler.add_job(
-            self.run_housekeeping,
-            IntervalTrigger(seconds=self.settings.retention.every_s),
-            id="housekeeping",
-        )
-        self._scheduler.start()
-
-    def _run_job(self, source: Source) -> None:
-        self.run_source(source)
-
-    @property
-    def running(self) -> bool:
-        """Whether the scheduler runs the scrapes and analyses (started, not stopped)."""
-        return self._scheduler is not None and bool(self._scheduler.running)
-
-    def shutdown(self) -> None:
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=True)
-            self._scheduler = None
-        for source in self.sources:
-            try:
-                source.close()
-            except Exception:
-                log.exception("%s/%s: close failed", source.name, source.target)
-
+@@SCHED@@
     def run(self, duration_s: float | None, stop: threading.Event | None = None) -> None:
         """Collect until ``duration_s`` has passed or ``stop`` is set."""
         stop = stop or threading.Event()

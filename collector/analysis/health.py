@@ -3,8 +3,10 @@
 The store keeps what each (target, source) last did; which of those decide the
 target's own state is this module's rule:
 
-* a Triton target is up when its latest scrape by the ``"triton"`` source succeeded;
-  the other sources on it (host, NVML) do not change it;
+* a Triton target is up when its latest scrape by the ``"triton"`` source succeeded
+  -- or, in fleet mode, when Prometheus's latest scrape of it did (the
+  ``"prometheus"`` source reads its ``up`` series); with both, when both did. The
+  other sources on it (host, NVML) do not change it;
 * any other target (a host) is up when the latest scrape of every source that ever
   scraped it succeeded.
 
@@ -25,6 +27,7 @@ __all__ = [
     "DEFAULT_INTERVAL_S",
     "HOST_KIND",
     "MIN_STALE_S",
+    "FLEET_SOURCE",
     "PRIMARY_SOURCE",
     "STALE_AFTER_INTERVALS",
     "TRITON_KIND",
@@ -46,6 +49,9 @@ TRITON_KIND = "triton"
 HOST_KIND = "host"
 #: The source whose scrapes decide whether a target of kind ``TRITON_KIND`` is up.
 PRIMARY_SOURCE = "triton"
+#: ... and the one that tells, in fleet mode, how Prometheus's scrapes of it went.
+FLEET_SOURCE = "prometheus"
+_DECIDING_TRITON = frozenset({PRIMARY_SOURCE, FLEET_SOURCE})
 #: A reading is stale once this many scrape intervals pass without a newer one: one
 #: late or failed scrape is jitter, three in a row is a target that is gone.
 STALE_AFTER_INTERVALS = 3
@@ -58,7 +64,7 @@ DEFAULT_INTERVAL_S = 5.0
 
 def scrape_decides(kind: str, source: str) -> bool:
     """Whether a scrape by ``source`` bears on the state of a target of ``kind``."""
-    return kind != TRITON_KIND or source == PRIMARY_SOURCE
+    return kind != TRITON_KIND or source in _DECIDING_TRITON
 
 
 def target_up(kind: str, states: Mapping[str, bool]) -> bool | None:

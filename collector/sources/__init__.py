@@ -7,7 +7,7 @@ Adding a source is one new module and one import line here. The sources are
 ``nvml_library``, ``nvml_devices``: the NVML call site and device classes).
 """
 
-from collector.sources import host, nvml, triton  # noqa: E402,F401  (each registers itself)
+from collector.sources import host, nvml, prometheus, triton  # noqa: E402,F401 (they register)
 from collector.sources.base import SOURCES, Source, SourceSpec, register_source
 
 __all__ = ["SOURCES", "Source", "SourceSpec", "register_source"]

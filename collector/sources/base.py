@@ -11,11 +11,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from collector.records import DeviceSample, HostFacts, ProcessSample, TritonSnapshot
+from collector.records import (
+    DeviceSample,
+    HostFacts,
+    ProcessSample,
+    ScrapeHealth,
+    TritonSnapshot,
+)
 
 __all__ = ["Record", "Source", "SourceSpec", "SOURCES", "register_source"]
 
-Record = TritonSnapshot | DeviceSample | ProcessSample | HostFacts
+Record = TritonSnapshot | DeviceSample | ProcessSample | HostFacts | ScrapeHealth
 
 
 @runtime_checkable
