@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from alerts.cli import add_alerts_command
 from collector.command_support import (
-    NO_TARGET,
+    add_fleet_flags,
     collecting_settings,
+    describe_targets,
     existing_store,
     require_targets,
     split_list,
@@ -84,7 +85,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         log.info(
             "collecting from %s every %.3g s into %s",
             ", ".join(
-                [t.url for t in settings.targets]
+                [describe_targets(settings)]
                 + [n for n in settings.sources if not SOURCES[n].per_target]
             ),
             settings.interval_s,
@@ -378,15 +379,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     _check_ui_flags(args)
     settings = collecting_settings(args, interval_s=args.interval, sources=split_list(args.sources))
-    if not settings.targets:
-        raise ConfigError("targets", NO_TARGET)
+    require_targets(settings)
     service = Service(settings, host=args.host, port=args.port, refresh_s=args.refresh)
     stop = stop_on_signals()
     try:
         service.start()
         print(
-            f"batchscope: collecting from {', '.join(t.url for t in settings.targets)}; "
-            f"UI on {service.url}",
+            f"batchscope: collecting from {describe_targets(settings)}; UI on {service.url}",
             flush=True,
         )
         stop.wait(settings.duration_s)
@@ -426,6 +425,7 @@ def _add_collection(parser: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help="comma-separated sources to run (default triton,nvml,host)",
     )
+    add_fleet_flags(parser)
 
 
 def _add_ui(parser: argparse.ArgumentParser, what: str) -> None:

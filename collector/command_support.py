@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_TARGET",
+    "add_fleet_flags",
     "collecting_settings",
+    "describe_targets",
     "existing_store",
     "require_targets",
     "split_list",
@@ -56,13 +58,14 @@ def collecting_settings(
     default_db_url: str | None = None,
 ) -> Settings:
     """Settings for a command that scrapes Triton: the file and environment, then the
-    command's ``--triton``, ``--metrics-url`` and ``--db`` (or ``default_db_url`` when
-    it has its own store) and the given collection overrides (``None`` leaves a
-    setting as the file or environment says)."""
+    command's ``--triton``, ``--metrics-url``, ``--file-sd``, ``--shard`` and ``--db``
+    (or ``default_db_url`` when it has its own store) and the given collection
+    overrides (``None`` leaves a setting as the file or environment says)."""
     from collector.config import load_settings
+    from collector.discovery import FileSd
     from collector.sources import SOURCES
 
-    return load_settings(
+    settings = load_settings(
         config_file=args.config,
         overrides={
             "triton": args.triton,
@@ -71,22 +74,62 @@ def collecting_settings(
             "interval_s": interval_s,
             "duration_s": duration_s,
             "sources": sources,
+            # Flags of the commands that scrape a fleet (add_fleet_flags).
+            "file_sd": getattr(args, "file_sd", None),
+            "shard": getattr(args, "shard", None),
         },
         known_sources=set(SOURCES),
     )
+    if settings.file_sd:
+        FileSd(settings.file_sd).load()  # a file missing or invalid stops the start here
+    return settings
 
 
 NO_TARGET = (
-    "no Triton target: pass --triton URL, set BATCHSCOPE_TRITON or list targets in the config file"
+    "no Triton target: pass --triton URL or --file-sd FILE, set BATCHSCOPE_TRITON or list "
+    "targets in the config file"
 )
+
+
+def add_fleet_flags(parser: argparse.ArgumentParser) -> None:
+    """``--file-sd`` and ``--shard``, for a command that scrapes targets."""
+    parser.add_argument(
+        "--file-sd",
+        action="append",
+        metavar="FILE",
+        help="Prometheus file_sd file (JSON or YAML, a glob pattern too) listing more "
+        "targets, re-read when it changes (repeatable)",
+    )
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="scrape only the targets whose name hashes to shard I of N (0 <= I < N); "
+        "shard 0 also runs the analyses, rollup and retention",
+    )
 
 
 def require_targets(settings: Any) -> None:
     from collector.sources import SOURCES
 
-    # A GPU-only host (``--sources nvml,host``) needs no Triton target.
-    if not settings.targets and any(SOURCES[n].per_target for n in settings.sources):
+    # A GPU-only host (``--sources nvml,host``) needs no Triton target; file_sd files
+    # may list none yet, and gain some later.
+    if (
+        not settings.targets
+        and not settings.file_sd
+        and any(SOURCES[n].per_target for n in settings.sources)
+    ):
         raise ConfigError("targets", NO_TARGET)
+
+
+def describe_targets(settings: Settings, *, most: int = 5) -> str:
+    """Where the targets come from, in a few words: the URLs (up to ``most``), the
+    file_sd files and this collector's shard."""
+    urls = [t.url for t in settings.targets]
+    parts = [", ".join(urls) if len(urls) <= most else f"{len(urls)} targets"] if urls else []
+    if settings.file_sd:
+        parts.append(f"the targets of file_sd {', '.join(settings.file_sd)}")
+    text = " and ".join(parts) or "no Triton target"
+    return text + (f" (shard {settings.shard})" if settings.shard else "")
 
 
 def existing_store(db_url: str) -> Store:

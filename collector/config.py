@@ -19,6 +19,10 @@ YAML file (all keys optional)::
     sources: [triton, nvml, host]
     backoff_max_s: 60
     jitter_s: 0.5
+    scrape_workers: 16             # scrapes that may run at once (a bounded pool)
+    file_sd: [targets/*.json]      # Prometheus file_sd files (globs), re-read on change
+    file_sd_refresh_s: 5           # how often they are looked at
+    shard: 0/3                     # scrape only the targets whose hash falls to shard 0 of 3
     analysis_every_s: 15           # detectors run this often
     slo_p95_ms: {resnet50: 40}     # latency objective per model (p95, ms)
     analysis: {queue_share: 0.5, sustain: 3}   # detector thresholds, see DetectorSettings
@@ -67,10 +71,11 @@ YAML file (all keys optional)::
 
 Environment: ``BATCHSCOPE_CONFIG`` (the file), ``BATCHSCOPE_TRITON`` (comma-separated
 URLs), ``BATCHSCOPE_METRICS_URL`` and ``BATCHSCOPE_<FIELD>`` for every field above
-(``BATCHSCOPE_DB_URL``, ``BATCHSCOPE_INTERVAL_S`` ...; ``BATCHSCOPE_SOURCES``
-comma-separated), ``BATCHSCOPE_<GROUP>_<FIELD>`` for the fields of retention, apply and
-ui and alerts (``BATCHSCOPE_UI_ADMIN_PASSWORD``, ``BATCHSCOPE_APPLY_AFTER_S``,
-``BATCHSCOPE_ALERTS_DASHBOARD_URL``, ``BATCHSCOPE_ALERTS_RECEIVERS`` as JSON ...).
+(``BATCHSCOPE_DB_URL``, ``BATCHSCOPE_INTERVAL_S`` ...; ``BATCHSCOPE_SOURCES`` and
+``BATCHSCOPE_FILE_SD`` comma-separated), ``BATCHSCOPE_<GROUP>_<FIELD>`` for the fields
+of retention, apply and ui and alerts (``BATCHSCOPE_UI_ADMIN_PASSWORD``,
+``BATCHSCOPE_APPLY_AFTER_S``, ``BATCHSCOPE_ALERTS_DASHBOARD_URL``,
+``BATCHSCOPE_ALERTS_RECEIVERS`` as JSON ...).
 Passwords, webhook secrets and Slack URLs (which hold a token) are never printed.
 """
 
@@ -135,6 +140,7 @@ __all__ = [
     "TargetSettings",
     "UiSettings",
     "load_settings",
+    "parse_shard",
     "signing_key",
     "target_from_url",
 ]
@@ -295,6 +301,14 @@ class Settings(BaseSettings):
     )
     backoff_max_s: Seconds = 60.0
     jitter_s: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = 0.5
+    # Scrapes in flight at once: a bounded pool, however many targets there are.
+    scrape_workers: Annotated[int, BeforeValidator(_not_bool), Field(ge=1, le=1024)] = 16
+    # Prometheus file_sd files (paths or glob patterns) listing more targets
+    # (collector.discovery), looked at every ``file_sd_refresh_s``.
+    file_sd: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = ()
+    file_sd_refresh_s: Seconds = 5.0
+    # "i/n": this collector scrapes the targets whose stable hash mod n is i.
+    shard: Annotated[str | None, BeforeValidator(_none_words)] = None
     analysis_every_s: Seconds = 15.0
     # Latency objective per model name, in ms of p95; models without one may not get
     # more than ``apply.max_p95_ratio`` slower at p95 from a recommendation.
@@ -319,6 +333,26 @@ class Settings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"{value!r} is not an http(s) URL of a Prometheus server")
         return value.strip().rstrip("/")
+
+    @field_validator("file_sd")
+    @classmethod
+    def _file_sd_paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not path.strip() for path in value):
+            raise ValueError("must be a list of file paths (or glob patterns)")
+        return tuple(path.strip() for path in value)
+
+    @field_validator("shard")
+    @classmethod
+    def _shard_i_of_n(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parse_shard(value)
+        return value.strip()
+
+    @property
+    def shard_of(self) -> tuple[int, int] | None:
+        """``(i, n)`` from ``shard``; None when this collector takes every target."""
+        return None if self.shard is None else parse_shard(self.shard)
 
     @field_validator("targets", mode="after")
     @classmethod
@@ -380,6 +414,19 @@ class Settings(BaseSettings):
         # Constructed directly, the model takes its arguments only: the layers are
         # load_settings's to add, with the environment it is given.
         return (init_settings,)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``(i, n)`` from ``"i/n"`` with ``0 <= i < n``; ``ValueError`` saying what is wrong."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
+    if match is None:
+        raise ValueError('must be "i/n" (this collector is shard i of n, from 0), e.g. "0/3"')
+    index, count = int(match.group(1)), int(match.group(2))
+    if count < 1:
+        raise ValueError("n must be at least 1")
+    if index >= count:
+        raise ValueError(f"i must be 0..{count - 1} (shards count from 0)")
+    return index, count
 
 
 def target_from_url(

@@ -104,8 +104,6 @@ class CollectorService:
         self._targets_lock = threading.Lock()
         self._loop: ScrapeLoop | None = None
         self._jobs: list[PeriodicJob] = []
-        if self._file_sd is not None:
-            self.update_targets(self._file_sd.load())
         # Run every ``analysis_every_s`` over what the store holds (detectors, ...).
         self.analyses = list(analyses)
         self._clock = clock
@@ -113,6 +111,8 @@ class CollectorService:
         # The previous counter sample of each series, for per-scrape rates.
         self._previous: dict[tuple[str, str, str], records.ModelSample] = {}
         self._lock = threading.Lock()
+        if self._file_sd is not None:
+            self.update_targets(self._file_sd.load())
 
     # ------------------------------------------------------------------ one scrape
 
@@ -274,7 +274,142 @@ class CollectorService:
                     getattr(analysis, "__name__", analysis),
                 )
 
-@@SCHED@@
+    # ------------------------------------------------------------------ targets
+
+    @property
+    def targets(self) -> list[TargetSettings]:
+        """The targets this collector scrapes now: its shard of the settings' own and
+        of those the file_sd files list."""
+        shard = self.settings.shard_of
+        own = [t for t in self.settings.targets if in_shard(t.name, shard)]
+        with self._targets_lock:
+            return own + [t for t, _ in self._discovered.values()]
+
+    def refresh_targets(self) -> None:
+        """Look at the file_sd files again (a stat each when nothing changed)."""
+        if self._file_sd is not None:
+            found = self._file_sd.refresh()
+            if found is not None:
+                self.update_targets(found)
+
+    def update_targets(self, found: Sequence[TargetSettings]) -> None:
+        """Make ``found`` (file_sd's targets) the discovered targets: those of this
+        shard not yet scraped start, those gone stop and their sources are closed. A
+        target the settings name themselves keeps the settings' endpoints."""
+        shard = self.settings.shard_of
+        static = {t.name for t in self.settings.targets}
+        wanted = {t.name: t for t in found if t.name not in static and in_shard(t.name, shard)}
+        with self._targets_lock:
+            gone = [n for n, (t, _) in self._discovered.items() if wanted.get(n) != t]
+            stopped = [source for name in gone for source in self._discovered.pop(name)[1]]
+            new = [t for name, t in wanted.items() if name not in self._discovered]
+            started: list[Source] = []
+            for target in new:
+                sources = self._source_factory(target)
+                self._discovered[target.name] = (target, sources)
+                self._endpoints[target.name] = target
+                started.extend(sources)
+            for name in gone:
+                if name not in wanted:
+                    self._endpoints.pop(name, None)
+            self.sources = [s for s in self.sources if s not in stopped] + started
+        for source in stopped:
+            self._health.pop((source.name, source.target), None)  # a return starts afresh
+            if self._loop is not None:
+                self._loop.remove(source)
+            else:
+                self._close(source)
+        if self._loop is not None:
+            for source in started:
+                self._loop.add(source)
+        if gone or new:
+            log.info(
+                "file_sd: %d target(s) started, %d stopped; %d discovered in all",
+                len(new),
+                len(gone),
+                len(self._discovered),
+            )
+
+    # ------------------------------------------------------------------ scheduling
+
+    @property
+    def runs_store_jobs(self) -> bool:
+        """Whether the store-wide jobs (analyses, rollup, retention) run here: in the
+        only collector, or in shard 0 of several."""
+        shard = self.settings.shard_of
+        return shard is None or shard[0] == 0
+
+    def start(self) -> None:
+        settings = self.settings
+        self._loop = ScrapeLoop(
+            self.run_source,
+            interval_s=settings.interval_s,
+            workers=settings.scrape_workers,
+            jitter_s=settings.jitter_s,
+            ready=self._due,
+            close=self._close,
+        )
+        with self._targets_lock:
+            sources = list(self.sources)
+        for source in sources:
+            self._loop.add(source)
+        jobs: list[PeriodicJob] = []
+        if self.runs_store_jobs:
+            if self.analyses:
+                jobs.append(PeriodicJob("analysis", settings.analysis_every_s, self.run_analyses))
+            jobs.append(
+                PeriodicJob("housekeeping", settings.retention.every_s, self.run_housekeeping)
+            )
+        if self._file_sd is not None:
+            jobs.append(PeriodicJob("file_sd", settings.file_sd_refresh_s, self.refresh_targets))
+        self._jobs = jobs
+        self._loop.start()
+        for job in jobs:
+            job.start()
+
+    def _due(self, source: Source) -> bool:
+        """Not in backoff (read on the loop's thread; ``run_source`` checks again)."""
+        health = self._health.get((source.name, source.target))
+        return health is None or self._clock() >= health.next_attempt_at
+
+    @staticmethod
+    def _close(source: Source) -> None:
+        try:
+            source.close()
+        except Exception:
+            log.exception("%s/%s: close failed", source.name, source.target)
+
+    def counts(self) -> LoopCounts:
+        """What the scrape loop did since start (zeros before)."""
+        return self._loop.counts() if self._loop is not None else LoopCounts(0, 0, 0)
+
+    def skipped_ticks(self, source: Source) -> int:
+        """Ticks of ``source`` skipped because its previous scrape still ran."""
+        return self._loop.skipped(source) if self._loop is not None else 0
+
+    @property
+    def running(self) -> bool:
+        """Whether the scrapes and analyses run (started, not stopped)."""
+        return self._loop is not None and self._loop.running
+
+    def shutdown(self) -> None:
+        """Stop ticking, wait for the scrapes in flight (their timeout and a little
+        more) and for an analysis in progress, then close every source."""
+        loop, self._loop = self._loop, None
+        for job in self._jobs:
+            job.stop()
+        if loop is not None:
+            loop.stop(self.settings.timeout_s + _SCRAPE_GRACE_S)  # closes what it ran
+        else:
+            with self._targets_lock:
+                sources = list(self.sources)
+            for source in sources:
+                self._close(source)
+        for job in self._jobs:
+            if not job.join(_SLOW_JOB_WAIT_S):
+                log.warning("%s still running at shutdown; not waited for", job.name)
+        self._jobs = []
+
     def run(self, duration_s: float | None, stop: threading.Event | None = None) -> None:
         """Collect until ``duration_s`` has passed or ``stop`` is set."""
         stop = stop or threading.Event()

@@ -79,6 +79,9 @@ def add_exporter_command(sub: Any) -> None:
     parser.add_argument(
         "--sources", metavar="LIST", help="comma-separated sources (default triton,nvml,host)"
     )
+    from collector.command_support import add_fleet_flags
+
+    add_fleet_flags(parser)  # --file-sd, --shard
     parser.add_argument(
         "--db",
         dest="db_url",
@@ -126,7 +129,7 @@ def _cmd_exporter(args: argparse.Namespace) -> int:
     own_dir = None if args.db_url else Path(tempfile.mkdtemp(prefix="batchscope-exporter-"))
     try:
         settings = _settings(args, f"sqlite:///{own_dir / 'exporter.db'}" if own_dir else None)
-        if not settings.targets:
+        if not settings.targets and not settings.file_sd:
             raise ConfigError("targets", NO_TARGET)
         return _serve(settings, host, port, stop_on_signals())
     finally:
