@@ -1,0 +1,221 @@
+"""CPU per target-scrape of the ``triton`` source's whole cycle, in steady state.
+
+Starts a small Triton-like HTTP server in a child process (the recorded CPU testbed's
+metrics page scaled to ``--models`` models, its statistics and config JSON, counters
+advancing on every request), then runs ``CollectorService.run_source`` on one
+``TritonSource`` over a real store: fetch, parse, rates and the store write. Only this
+process's CPU is counted (``time.process_time``), after ``--warmup`` scrapes.
+
+    .venv/bin/python bench/scrape_cycle.py --models 20 --scrapes 300
+    .venv/bin/python bench/scrape_cycle.py --db postgresql+psycopg://postgres@127.0.0.1:5432/test
+    .venv/bin/python bench/scrape_cycle.py --profile 25   # cProfile, top 25 by own time
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import itertools
+import json
+import pstats
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+FIXTURES = ROOT / "tests" / "fixtures" / "triton"
+_VALUE = re.compile(r"^(\S+\{[^}]*\}) (\S+)$")
+
+
+# --------------------------------------------------------------------------- server
+
+
+def _metrics_lines(n_models: int) -> list[str]:
+    """The CPU exposition with the ``batched`` model's series repeated ``n_models``
+    times (as m0, m1, ...) and the other model dropped."""
+    out: list[str] = []
+    for line in (FIXTURES / "metrics_cpu.txt").read_text().splitlines():
+        if 'model="batched"' in line:
+            out.extend(line.replace('model="batched"', f'model="m{i}"') for i in range(n_models))
+        elif 'model="unbatched"' not in line:
+            out.append(line)
+    return out
+
+
+class _Metrics:
+    """The metrics page, its per-model values advancing by 7 on each request."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self._parts: list[tuple[str, float | None]] = []
+        for line in lines:
+            match = _VALUE.match(line)
+            advancing = match and "model=" in line and "quantile" not in line
+            value = float(match.group(2)) if match and advancing else None
+            if match and value is not None and value == value:
+                self._parts.append((match.group(1) + " ", value))
+            else:
+                self._parts.append((line, None))
+        self._tick = 0
+
+    def body(self) -> bytes:
+        self._tick += 1
+        step = self._tick * 7
+        return "".join(
+            f"{text}{value + step:g}\n" if value is not None else text + "\n"
+            for text, value in self._parts
+        ).encode()
+
+
+class _Stats:
+    """The statistics document, counters advancing on each request; only some batch
+    sizes see executions in one interval, as on a live server."""
+
+    def __init__(self, template: dict[str, Any], n_models: int) -> None:
+        self._entries = [
+            {**json.loads(json.dumps(template)), "name": f"m{i}"} for i in range(n_models)
+        ]
+        self._tick = 0
+
+    def body(self) -> bytes:
+        self._tick += 1
+        for entry in self._entries:
+            entry["inference_count"] += 7
+            entry["execution_count"] += 2
+            for d in entry["inference_stats"].values():
+                d["count"] += 7
+                d["ns"] += 7_000_000
+            for b in entry["batch_stats"][: 1 + self._tick % 3]:
+                for k in ("compute_input", "compute_infer", "compute_output"):
+                    b[k]["count"] += 1
+                    b[k]["ns"] += 1_000_000
+        return json.dumps({"model_stats": self._entries}).encode()
+
+
+def serve(port: int, n_models: int) -> None:
+    lines = _metrics_lines(n_models)
+    stats = json.loads((FIXTURES / "stats.json").read_text())["model_stats"][0]
+    config = json.loads((FIXTURES / "config_batched.json").read_text())
+    metadata = (FIXTURES / "server_metadata.json").read_bytes()
+    metrics, stats_doc = _Metrics(lines), _Stats(stats, n_models)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def do_GET(self) -> None:  # noqa: N802
+            path = self.path
+            if path == "/metrics":
+                body = metrics.body()
+            elif path == "/v2/models/stats":
+                body = stats_doc.body()
+            elif path == "/v2":
+                body = metadata
+            elif path.startswith("/v2/models/") and path.endswith("/config"):
+                body = json.dumps({**config, "name": path.split("/")[3]}).encode()
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def run(args: argparse.Namespace) -> None:
+    from collector.config import Settings, TargetSettings
+    from collector.scheduler import CollectorService
+    from collector.sources.triton import TritonSource
+    from collector.store import Store
+
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(port), "--models", str(args.models)]
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+        target = TargetSettings(url=url, metrics_url=f"{url}/metrics", name="bench")
+        with tempfile.TemporaryDirectory() as tmp:
+            db = args.db or f"sqlite:///{tmp}/bench.db"
+            store = Store(db)
+            settings = Settings(targets=[target], interval_s=1.0)
+            source = TritonSource(target)
+            tick = itertools.count(1_000_000)
+            service = CollectorService(
+                settings, store, [source], clock=lambda: float(next(tick))
+            )
+            source._clock = lambda: float(next(tick))  # noqa: SLF001
+            for _ in range(args.warmup):
+                assert service.run_source(source), service.health(source)
+            profiler = cProfile.Profile() if args.profile else None
+            wall0, cpu0 = time.perf_counter(), time.process_time()
+            if profiler:
+                profiler.enable()
+            for _ in range(args.scrapes):
+                assert service.run_source(source), service.health(source)
+            if profiler:
+                profiler.disable()
+            cpu = time.process_time() - cpu0
+            wall = time.perf_counter() - wall0
+            backend = db.split(":")[0].split("+")[0]
+            print(
+                f"{args.models} models, {args.scrapes} scrapes, {backend}:"
+                f" {cpu / args.scrapes * 1e3:.2f} ms CPU per target-scrape"
+                f" ({wall / args.scrapes * 1e3:.2f} ms wall)"
+            )
+            if profiler:
+                pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
+            source.close()
+            store.close()
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=20)
+    parser.add_argument("--scrapes", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--db", default="", help="store URL (default: a temporary SQLite)")
+    parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
+    parser.add_argument("--serve", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.models)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()
