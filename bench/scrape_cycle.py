@@ -171,9 +171,7 @@ def run(args: argparse.Namespace) -> None:
             settings = Settings(targets=[target], interval_s=1.0)
             source = TritonSource(target)
             tick = itertools.count(1_000_000)
-            service = CollectorService(
-                settings, store, [source], clock=lambda: float(next(tick))
-            )
+            service = CollectorService(settings, store, [source], clock=lambda: float(next(tick)))
             source._clock = lambda: float(next(tick))  # noqa: SLF001
             for _ in range(args.warmup):
                 assert service.run_source(source), service.health(source)
@@ -194,7 +192,9 @@ def run(args: argparse.Namespace) -> None:
                 f" ({wall / args.scrapes * 1e3:.2f} ms wall)"
             )
             if profiler:
-                pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
+                stats = pstats.Stats(profiler)
+                stats.sort_stats("tottime").print_stats(args.profile)
+                stats.sort_stats("cumulative").print_stats(args.profile)
             source.close()
             store.close()
     finally:

@@ -11,14 +11,18 @@ Three steps, each testable alone, each in its own module:
    functions from parsed documents to ``collector.records``.
 
 This module holds the source itself: which endpoints it reads and the config cache.
-Endpoints read per ``collect()``: ``GET /v2`` (server version, and a cheap liveness
-check), the metrics URL, ``GET /v2/models/stats``, and ``GET /v2/models/NAME/config``
-for each model in the statistics. Configs are cached (see ``TritonSource``).
+Endpoints read per ``collect()``: the metrics URL and ``GET /v2/models/stats`` (a
+failure of either fails the collection, so they are the liveness check); ``GET /v2``
+(the server version) only when it may have changed -- the first collection, the one
+after a failure, and one where a counter went down (a restart); ``GET
+/v2/models/NAME/config`` only for a model whose config may have changed (see
+``TritonSource``).
 """
 
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 from urllib.parse import quote
@@ -40,6 +44,7 @@ from collector.sources.triton_json import (
 from collector.sources.triton_metrics import (
     REQUEST_SUMMARY,
     TritonMetrics,
+    TritonMetricsParser,
     map_metrics,
     parse_metrics,
 )
@@ -65,11 +70,18 @@ class TritonSource:
     """Reads one Triton target per ``collect()`` into one ``TritonSnapshot``.
 
     Model configs change only when a model is (re)loaded, so they are cached per model
-    and fetched again after ``config_refresh_s``, when a counter of the model went down
-    or its set of versions changed (both mean a reload), and after a failed fetch. A
-    config that fails to fetch or parse is reported in ``partial_errors`` under
-    ``"config:NAME"``; the rest of the snapshot stands. A failure of the server
-    metadata, metrics or statistics request fails the whole collection.
+    and fetched again when a counter of the model went down or its set of versions
+    changed (both mean a reload), after a failed fetch, and, as a safety net for a
+    reload that left no trace in the counters, once between ``config_refresh_s`` and
+    1.5 x ``config_refresh_s`` after the last fetch (spread over that span by model, so
+    a target's models are not all refetched in one collection). A config that fails
+    to fetch or parse is reported in ``partial_errors`` under ``"config:NAME"``; the
+    rest of the snapshot stands.
+
+    The server version is read on the first collection, after a failed one, and when
+    a counter of any model went down (a restart); otherwise the last one read is
+    reported. A failure of the metrics or statistics request (or of the version when
+    it is read) fails the whole collection.
 
     ``session`` is owned by the source from then on: ``close()`` closes it.
     ``clock`` (Unix seconds) stamps ``collected_at`` and times the config cache.
@@ -85,7 +97,7 @@ class TritonSource:
         max_response_bytes: int = 16 * MIB,
         session: requests.Session | None = None,
         clock: Callable[[], float] = time.time,
-        config_refresh_s: float = 30.0,
+        config_refresh_s: float = 600.0,
     ) -> None:
         self.target = target.name
         self._settings = target
@@ -95,34 +107,53 @@ class TritonSource:
         )
         self._clock = clock
         self._config_refresh_s = config_refresh_s
+        # model -> (config, when it is due again)
         self._configs: dict[str, tuple[ModelConfig, float]] = {}
         self._last_stats: dict[str, tuple[ModelStats, ...]] = {}
+        self._metrics_parser = TritonMetricsParser()
+        self._version_url = f"{self._base_url}/v2"
+        self._stats_url = f"{self._base_url}/v2/models/stats"
+        self._server_version: str | None = None
+        self._version_stale = True
 
     # ------------------------------------------------------------------ protocol
 
     def collect(self) -> list[TritonSnapshot]:
-        collected_at = self._clock()
-        version_url = f"{self._base_url}/v2"
-        server_version = self._parsed(version_url, "server metadata", parse_server_version)
-        metrics_url = self._settings.metrics_url
-        metrics = self._parsed(metrics_url, "metrics", _parse_metrics_body)
-        stats_url = f"{self._base_url}/v2/models/stats"
-        stats = self._parsed(stats_url, "model statistics", parse_model_stats)
+        try:
+            return [self._collect()]
+        except BaseException:
+            # Down, or replaced by another server: read its version again.
+            self._version_stale = True
+            raise
 
-        configs, partial_errors = self._model_configs(stats)
-        return [
-            TritonSnapshot(
-                target=self.target,
-                collected_at=collected_at,
-                server_version=server_version,
-                model_metrics=metrics.models,
-                model_stats=stats,
-                model_configs=configs,
-                gpus=metrics.gpus,
-                server=metrics.server,
-                partial_errors=partial_errors,
-            )
-        ]
+    def _collect(self) -> TritonSnapshot:
+        collected_at = self._clock()
+        if self._version_stale:
+            self._read_version()
+        metrics_url = self._settings.metrics_url
+        metrics = self._parsed(metrics_url, "metrics", self._metrics_parser.parse)
+        stats = self._parsed(self._stats_url, "model statistics", parse_model_stats)
+
+        configs, partial_errors, restarted = self._model_configs(stats)
+        if restarted and not self._version_stale:
+            self._read_version()
+        self._version_stale = False
+        return TritonSnapshot(
+            target=self.target,
+            collected_at=collected_at,
+            server_version=self._server_version,
+            model_metrics=metrics.models,
+            model_stats=stats,
+            model_configs=configs,
+            gpus=metrics.gpus,
+            server=metrics.server,
+            partial_errors=partial_errors,
+        )
+
+    def _read_version(self) -> None:
+        self._server_version = self._parsed(
+            self._version_url, "server metadata", parse_server_version
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -131,21 +162,22 @@ class TritonSource:
 
     def _model_configs(
         self, stats: Sequence[ModelStats]
-    ) -> tuple[tuple[ModelConfig, ...], dict[str, str]]:
-        by_model: dict[str, list[ModelStats]] = {}
+    ) -> tuple[tuple[ModelConfig, ...], dict[str, str], bool]:
+        """The configs of the models in ``stats``, the configs that failed, and whether
+        a counter went down (the server may have restarted)."""
+        by_model: dict[str, tuple[ModelStats, ...]] = {}
         for s in stats:
-            by_model.setdefault(s.model, []).append(s)
+            by_model[s.model] = (*by_model.get(s.model, ()), s)
         now = self._clock()
         configs: list[ModelConfig] = []
         errors: dict[str, str] = {}
+        restarted = False
         for model in sorted(by_model):
-            current = tuple(by_model[model])
+            current = by_model[model]
             cached = self._configs.get(model)
-            if (
-                cached is None
-                or now - cached[1] >= self._config_refresh_s
-                or _reloaded(self._last_stats.get(model), current)
-            ):
+            reloaded = _reloaded(self._last_stats.get(model), current)
+            restarted = restarted or reloaded == _COUNTER_DOWN
+            if cached is None or now >= cached[1] or reloaded:
                 self._configs.pop(model, None)
                 try:
                     config = self._fetch_config(model)
@@ -153,14 +185,20 @@ class TritonSource:
                     # Left out of the cache, so the next collection tries again.
                     errors[f"config:{model}"] = str(exc)
                     continue
-                cached = (config, now)
+                cached = (config, now + self._refresh_after(model))
                 self._configs[model] = cached
             configs.append(cached[0])
         # Models that left the statistics were unloaded: forget them.
-        for gone in set(self._configs) - set(by_model):
-            del self._configs[gone]
-        self._last_stats = {m: tuple(v) for m, v in by_model.items()}
-        return tuple(configs), errors
+        if len(self._configs) > len(configs):
+            for gone in set(self._configs) - set(by_model):
+                del self._configs[gone]
+        self._last_stats = by_model
+        return tuple(configs), errors, restarted
+
+    def _refresh_after(self, model: str) -> float:
+        """``config_refresh_s`` plus up to half of it, fixed per model and target."""
+        spread = zlib.crc32(f"{self.target}/{model}".encode()) / 2**32
+        return self._config_refresh_s * (1.0 + 0.5 * spread)
 
     def _fetch_config(self, model: str) -> ModelConfig:
         url = f"{self._base_url}/v2/models/{quote(model, safe='')}/config"
@@ -182,15 +220,20 @@ class TritonSource:
             raise ParseError(f"unparseable {what}: GET {url} ({who}): {exc}") from exc
 
 
-def _reloaded(previous: Sequence[ModelStats] | None, current: Sequence[ModelStats]) -> bool:
-    """True when ``current`` cannot follow ``previous`` without a model reload: the set
-    of versions changed, or a cumulative counter of some version went down."""
+_VERSIONS_CHANGED = 1
+_COUNTER_DOWN = 2
+
+
+def _reloaded(previous: Sequence[ModelStats] | None, current: Sequence[ModelStats]) -> int:
+    """Non-zero when ``current`` cannot follow ``previous`` without a model reload:
+    ``_VERSIONS_CHANGED`` when the set of versions changed, ``_COUNTER_DOWN`` when a
+    cumulative counter of some version went down; 0 otherwise."""
     if previous is None:
-        return False
+        return 0
     before = {s.version: s for s in previous}
     after = {s.version: s for s in current}
     if before.keys() != after.keys():
-        return True
+        return _VERSIONS_CHANGED
     for version, now in after.items():
         then = before[version]
         if (
@@ -198,12 +241,8 @@ def _reloaded(previous: Sequence[ModelStats] | None, current: Sequence[ModelStat
             or now.inference_count < then.inference_count
             or now.success.count < then.success.count
         ):
-            return True
-    return False
-
-
-def _parse_metrics_body(body: bytes) -> TritonMetrics:
-    return parse_metrics(_utf8(body))
+            return _COUNTER_DOWN
+    return 0
 
 
 def _utf8(body: bytes) -> str:

@@ -257,9 +257,9 @@ def test_connections_are_reused_across_collections(source: TritonSource, server:
     for _ in range(3):
         (snap,) = source.collect()
         assert snap.server_version == "2.52.0"
-    # 11 requests (3 x version, metrics, stats; 2 configs once), one TCP connection: a
-    # fully read body hands its connection back to the pool instead of closing it.
-    assert len(server.hits) == 11
+    # 9 requests (the version once, 3 x metrics and stats, 2 configs once), one TCP
+    # connection: a fully read body hands its connection back to the pool.
+    assert len(server.hits) == 9
     assert len(server.peers) == 1
 
 
@@ -277,19 +277,61 @@ def test_huge_chunked_body_is_cut(server: _Server) -> None:
     src.close()
 
 
-def test_configs_are_cached_and_refreshed_on_schedule(
-    source: TritonSource, server: _Server, clock: FakeClock
-) -> None:
+def test_configs_are_cached_and_refreshed_on_schedule(server: _Server, clock: FakeClock) -> None:
+    source = TritonSource(
+        target_for(server), timeout_s=GENEROUS_TIMEOUT_S, clock=clock, config_refresh_s=100.0
+    )
     source.collect()
     source.collect()
     assert len(config_hits(server)) == 2  # one per model, not per collection
-    clock.now += 29.0
+    clock.now += 99.0
     source.collect()
     assert len(config_hits(server)) == 2
-    clock.now += 1.0  # 30 s after the fetch
+    # Each model's safety refresh falls between 100 and 150 s after its fetch, at its
+    # own time, so a target's models are not refetched all in one collection.
+    refreshed_at: dict[str, float] = {}
+    while clock.now < 1_764_690_000.0 + 151.0:
+        clock.now += 1.0
+        server.hits.clear()
+        (snap,) = source.collect()
+        for hit in config_hits(server):
+            refreshed_at.setdefault(hit.split("/")[3], clock.now - 1_764_690_000.0)
+        assert [c.model for c in snap.model_configs] == ["resnet50", "text_encoder"]
+    source.close()
+    assert sorted(refreshed_at) == ["resnet50", "text_encoder"]
+    assert all(100.0 <= t <= 150.0 for t in refreshed_at.values()), refreshed_at
+    assert refreshed_at["resnet50"] != refreshed_at["text_encoder"]
+
+
+def test_the_version_is_read_once_then_after_a_failure_or_a_restart(
+    source: TritonSource, server: _Server
+) -> None:
+    def version_hits() -> int:
+        return server.hits.count("/v2")
+
+    source.collect()
+    source.collect()
+    assert version_hits() == 1
+    # The server went away: the collection fails, and the next one reads the version.
+    server.routes["/metrics"] = status(503, b"starting")
+    with pytest.raises(TargetHTTPError):
+        source.collect()
+    server.routes["/metrics"] = ok(fixture_bytes("metrics_gpu.txt"))
+    server.routes["/v2"] = ok(b'{"name":"triton","version":"2.53.0"}')
     (snap,) = source.collect()
-    assert len(config_hits(server)) == 4
-    assert [c.model for c in snap.model_configs] == ["resnet50", "text_encoder"]
+    assert snap.server_version == "2.53.0" and version_hits() == 2
+    (snap,) = source.collect()
+    assert snap.server_version == "2.53.0" and version_hits() == 2
+    # Counters went down (a restart between two collections): read it again.
+    server.routes["/v2"] = ok(b'{"name":"triton","version":"2.54.0"}')
+    server.routes["/v2/models/stats"] = ok(
+        fixture_bytes("stats_two_models.json").replace(
+            b'"inference_count":4400,"execution_count":550',
+            b'"inference_count":8,"execution_count":1',
+        )
+    )
+    (snap,) = source.collect()
+    assert snap.server_version == "2.54.0" and version_hits() == 3
 
 
 def test_a_counter_going_down_refetches_that_models_config(
