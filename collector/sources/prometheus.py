@@ -64,7 +64,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
 
-from collector.errors import CollectError, ConfigError, ParseError
+from collector.errors import CollectError, ConfigError, ParseError, TargetHTTPError
 from collector.records import (
     BatchStat,
     DeviceSample,
@@ -297,7 +297,9 @@ class PrometheusSource:
     ) -> None:
         self.target = target
         base, matchers = selector_from_url(url)
-        self._url = f"{base}/api/v1/query?" + urlencode({"query": fleet_query(matchers)})
+        # Messages name the endpoint, not the long encoded query (``fleet_query`` is it).
+        self._endpoint = f"{base}/api/v1/query"
+        self._url = f"{self._endpoint}?" + urlencode({"query": fleet_query(matchers)})
         self._who = f"Prometheus {base}"
         self._http = HttpFetcher(
             timeout_s=timeout_s, max_response_bytes=max_response_bytes, session=session
@@ -312,13 +314,18 @@ class PrometheusSource:
         self._warned: set[str] = set()
 
     def collect(self) -> list[TritonSnapshot | ScrapeHealth]:
-        body = self._http.get(self._url, self._who)
+        where = f"GET {self._endpoint} (the fleet query)"
+        try:
+            body = self._http.get(self._url, "the fleet query")
+        except CollectError as exc:
+            short = str(exc).replace(f"GET {self._url}", f"GET {self._endpoint}")
+            raise _reworded(exc, short) from exc
         try:
             samples, warnings = parse_query_response(body)
         except ParseError as exc:
-            raise ParseError(f"unparseable answer: GET {self._url} ({self._who}): {exc}") from exc
+            raise ParseError(f"unparseable answer: {where}: {exc}") from exc
         except CollectError as exc:
-            raise CollectError(f"{exc}: GET {self._url} ({self._who})") from exc
+            raise CollectError(f"{exc}: {where}") from exc
         for warning in warnings:
             if warning not in self._warned:  # said once, not once per collection
                 self._warned.add(warning)
@@ -392,6 +399,13 @@ class PrometheusSource:
             names=by_instance,
             skip=by_instance if direct else (),
         )
+
+
+def _reworded(exc: CollectError, message: str) -> CollectError:
+    """``exc`` again, of the same kind, with ``message``."""
+    if isinstance(exc, TargetHTTPError):
+        return TargetHTTPError(message, status=exc.status)
+    return type(exc)(message)
 
 
 def _snapshot(
