@@ -426,6 +426,12 @@ def _add_collection(parser: argparse.ArgumentParser) -> None:
         help="comma-separated sources to run (default triton,nvml,host)",
     )
     add_fleet_flags(parser)
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="fleet mode: read every Triton that this Prometheus scrapes from its HTTP API "
+        "(sources default to prometheus)",
+    )
 
 
 def _add_ui(parser: argparse.ArgumentParser, what: str) -> None:

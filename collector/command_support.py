@@ -73,7 +73,8 @@ def collecting_settings(
             "db_url": args.db_url or default_db_url,
             "interval_s": interval_s,
             "duration_s": duration_s,
-            "sources": sources,
+            "sources": sources or (["prometheus"] if getattr(args, "prometheus", None) else None),
+            "prometheus_url": getattr(args, "prometheus", None),
             # Flags of the commands that scrape a fleet (add_fleet_flags).
             "file_sd": getattr(args, "file_sd", None),
             "shard": getattr(args, "shard", None),
@@ -128,6 +129,8 @@ def describe_targets(settings: Settings, *, most: int = 5) -> str:
     parts = [", ".join(urls) if len(urls) <= most else f"{len(urls)} targets"] if urls else []
     if settings.file_sd:
         parts.append(f"the targets of file_sd {', '.join(settings.file_sd)}")
+    if "prometheus" in settings.sources and settings.prometheus_url:
+        parts.append(f"every Triton that Prometheus {settings.prometheus_url} scrapes")
     text = " and ".join(parts) or "no Triton target"
     return text + (f" (shard {settings.shard})" if settings.shard else "")
 
