@@ -24,7 +24,7 @@ DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus systemd promet
 # compose file) would otherwise bring the Docker engine, which no test uses.
 DEB_PACKAGES_BARE := docker-compose
 
-.PHONY: install system-deps demo test unit integration lint lock bench clean
+.PHONY: install system-deps demo test unit integration lint lock bench bench-collector clean
 
 install: $(STAMP)
 
@@ -82,6 +82,11 @@ lint: install
 
 bench: install
 	$(PY) bench/run.py
+
+# The collector against Prometheus on a simulated fleet: CPU per target-scrape, scaling
+# with targets and models, store size (about a quarter of an hour).
+bench-collector: install system-deps
+	$(PY) bench/collector.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
