@@ -3,13 +3,15 @@ with their kind and retried with backoff, and counters become stored rates."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -19,6 +21,7 @@ from collector.records import HostFacts, ProcessSample
 from collector.scheduler import CollectorService
 from collector.sources.triton import TritonSource
 from collector.store import Store
+from tests.support import wait_until
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "triton"
 ROUTES = {
@@ -208,3 +211,154 @@ def test_a_run_writes_down_where_each_triton_is_scraped(healthy_url: str, tmp_pa
         )
     finally:
         store.close()
+
+
+# ------------------------------------------------------------------ the scrape pool
+
+
+class _Slow:
+    """A Triton-like source whose scrape takes ``seconds``; it notes how many of its
+    kind run at once, and whether two scrapes of it ever overlapped."""
+
+    name = "triton"
+    running: ClassVar[list[int]] = [0, 0]  # now, most at once (all instances)
+    lock = threading.Lock()
+
+    def __init__(self, target: str, seconds: float) -> None:
+        self.target, self.seconds = target, seconds
+        self.scrapes = 0
+        self.mine = 0
+        self.overlapped = False
+        self.closed = False
+
+    def collect(self) -> list[object]:
+        with self.lock:
+            self.mine += 1
+            self.overlapped |= self.mine > 1
+            self.running[0] += 1
+            self.running[1] = max(self.running)
+        try:
+            time.sleep(self.seconds)  # the scrape itself: what a slow target costs
+        finally:
+            with self.lock:
+                self.running[0] -= 1
+                self.mine -= 1
+                self.scrapes += 1
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_scrapes_run_on_a_bounded_pool_and_a_busy_source_skips_its_tick(tmp_path: Path) -> None:
+    _Slow.running[:] = [0, 0]
+    settings = Settings(
+        db_url=f"sqlite:///{tmp_path}/p.db",
+        interval_s=0.1,
+        timeout_s=0.5,
+        jitter_s=0,
+        scrape_workers=3,
+    )
+    store = Store(settings.db_url)
+    slow = [_Slow(f"slow-{i}:8000", 0.25) for i in range(12)]
+    service = CollectorService(settings, store, slow)  # type: ignore[arg-type]
+    try:
+        service.start()
+        wait_until(lambda: service.counts().skipped_busy >= 12, 10, "skipped ticks")
+        started = time.monotonic()
+        service.shutdown()
+        assert time.monotonic() - started < settings.timeout_s + 2.5  # stops promptly
+    finally:
+        store.close()
+    assert _Slow.running[1] == 3  # never more scrapes at once than workers
+    assert not any(s.overlapped for s in slow)  # one source never runs twice at once
+    assert all(s.closed for s in slow)
+    assert sum(s.scrapes for s in slow) >= 3
+
+
+def test_shutdown_does_not_wait_for_a_stalled_scrape_past_its_timeout(tmp_path: Path) -> None:
+    settings = Settings(db_url=f"sqlite:///{tmp_path}/t.db", interval_s=0.1, timeout_s=0.2)
+    store = Store(settings.db_url)
+    stalled = _Slow("stalled:8000", 5.0)
+    service = CollectorService(settings, store, [stalled])  # type: ignore[arg-type]
+    try:
+        service.start()
+        wait_until(lambda: stalled.mine == 1, 5, "the stalled scrape to start")
+        started = time.monotonic()
+        service.shutdown()
+        assert time.monotonic() - started < 0.2 + 2 + 0.5
+        assert not service.running
+    finally:
+        store.close()
+
+
+class _Bogus:
+    """A source of no registered kind: ``run_source`` itself fails on it."""
+
+    name = "bogus"
+    target = "bogus:1"
+
+    def collect(self) -> list[object]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_scrape_loop_survives_a_scrape_that_raises(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(
+        db_url=f"sqlite:///{tmp_path}/b.db", interval_s=0.05, timeout_s=0.5, jitter_s=0
+    )
+    store = Store(settings.db_url)
+    fine = _Slow("fine:8000", 0.0)
+    service = CollectorService(settings, store, [_Bogus(), fine])  # type: ignore[list-item]
+    try:
+        service.start()
+        wait_until(lambda: fine.scrapes >= 5, 10, "scrapes after the failing one")
+        assert service.running
+        assert "bogus/bogus:1: scrape failed" in caplog.text
+    finally:
+        service.shutdown()
+        store.close()
+
+
+class _Counting(CollectorService):
+    """Notes when each tick is handed to the pool; scrapes nothing."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ticks: list[tuple[str, float]] = []
+
+    def run_source(self, source: Any) -> bool:
+        self.ticks.append((source.target, time.monotonic()))
+        return True
+
+
+def test_each_source_keeps_its_interval_and_the_ticks_spread_over_it(tmp_path: Path) -> None:
+    interval = 0.5
+    settings = Settings(db_url=f"sqlite:///{tmp_path}/c.db", interval_s=interval, jitter_s=0)
+    store = Store(settings.db_url)
+    sources = [_Slow(f"t{i}:8000", 0.0) for i in range(200)]
+    service = _Counting(settings, store, sources)
+    try:
+        service.start()
+        wait_until(lambda: len(service.ticks) >= 200 * 5, 10, "five rounds")
+    finally:
+        service.shutdown()
+        store.close()
+    by_source: dict[str, list[float]] = {}
+    for target, at in service.ticks:
+        by_source.setdefault(target, []).append(at)
+    assert len(by_source) == 200
+    # Each source on its own grid: after the first tick, one interval apart.
+    gaps = [b - a for times in by_source.values() for a, b in itertools.pairwise(times[1:])]
+    assert all(abs(g - interval) < 0.1 for g in gaps), sorted(gaps)[:: len(gaps) // 10]
+    # Staggered: where in the interval each source's steady ticks fall; no tenth of
+    # the interval holds more than a third of the sources (together: all 200 in one).
+    ref = service.ticks[0][1]
+    buckets = [0] * 10
+    for times in by_source.values():
+        buckets[min(int((times[2] - ref) % interval / interval * 10), 9)] += 1
+    assert max(buckets) < 200 / 3, buckets
