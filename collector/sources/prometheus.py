@@ -42,7 +42,8 @@ Mapping, per ``(job, instance)`` that exports ``nv_inference_count`` (a Triton):
 The series chosen can be narrowed by label matchers in the query string of
 ``prometheus_url``: ``http://prom:9090?job=triton`` selects ``{job="triton"}``,
 ``?namespace=~prod-.*`` a regular expression. Instances that the ``triton`` source
-scrapes directly (configured targets, when it runs too) are left to it.
+scrapes directly (configured targets, when it runs too) are left to it, and with
+``--shard i/n`` a collector keeps the Tritons whose name hashes to its shard.
 
 A Prometheus that is down, slow, too large an answer, or that answers an error or
 something that is not a query result fails the collection with a ``CollectError``; a
@@ -64,6 +65,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
 
+from collector.discovery import in_shard
 from collector.errors import CollectError, ConfigError, ParseError, TargetHTTPError
 from collector.records import (
     BatchStat,
@@ -275,7 +277,9 @@ class PrometheusSource:
     """Reads every Triton that one Prometheus scrapes; see the module's docstring.
 
     ``names`` maps an ``instance`` label to the target name it is stored under (default:
-    the label itself); ``skip`` holds instances left to another source. ``interval_s``
+    the label itself); ``skip`` holds instances left to another source; ``shard``
+    ``(i, n)`` keeps the targets whose name hashes to shard i of n (``--shard``), so
+    collectors sharing one store share the fleet without double work. ``interval_s``
     is the collector's interval (the least a target's ``ScrapeHealth`` says).
     ``session`` is owned by the source from then on.
     """
@@ -292,6 +296,7 @@ class PrometheusSource:
         interval_s: float = 5.0,
         names: Mapping[str, str] | None = None,
         skip: Iterable[str] = (),
+        shard: tuple[int, int] | None = None,
         session: requests.Session | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -307,6 +312,7 @@ class PrometheusSource:
         self._interval_s = interval_s
         self._names = dict(names or {})
         self._skip = frozenset(skip)
+        self._shard = shard
         self._clock = clock
         self._tritons: set[_GroupKey] = set()  # known as Tritons since the start
         self._last_at: dict[_GroupKey, float] = {}
@@ -334,6 +340,7 @@ class PrometheusSource:
         self._tritons.update(k for k, g in groups.items() if g.is_triton)
         tritons = sorted(k for k in self._tritons if k in groups and k[1] not in self._skip)
         names = self._target_names(tritons)
+        tritons = [k for k in tritons if in_shard(names[k], self._shard)]
         dcgm = _dcgm_by_uuid(groups)
         exporter = _exporter_series(groups)
         out: list[TritonSnapshot | ScrapeHealth] = []
@@ -398,6 +405,7 @@ class PrometheusSource:
             interval_s=settings.interval_s,
             names=by_instance,
             skip=by_instance if direct else (),
+            shard=settings.shard_of,
         )
 
 

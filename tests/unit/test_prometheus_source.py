@@ -266,6 +266,15 @@ def test_configured_targets_lend_their_names_or_are_left_to_the_triton_source(
     assert both.collect() == []  # scraped directly: not read twice
 
 
+def test_shards_share_the_fleet_without_double_work(prom: _Server) -> None:
+    prom.body = fixture("fleet_1.json")
+    taken = [set(_split(_source(prom.url, shard=(i, 2)).collect())[0]) for i in range(2)]
+    assert taken[0] | taken[1] == {"10.0.0.5:8002", "10.0.0.6:8002", "10.0.0.7:8002"}
+    assert not taken[0] & taken[1]
+    settings = Settings(prometheus_url=prom.url, shard="1/2")
+    assert set(_split(PrometheusSource.from_settings(settings).collect())[0]) == taken[1]
+
+
 def test_label_matchers_in_the_url_narrow_every_selector(prom: _Server) -> None:
     prom.body = fixture("cpu_first.json")
     _source(f"{prom.url}/?job=triton&namespace=~prod-.*").collect()
