@@ -35,6 +35,7 @@ from collector.records import ModelConfig, ModelStats, TritonSnapshot
 from collector.sources.base import SourceSpec, register_source
 from collector.sources.http_fetch import MIB, HttpFetcher
 from collector.sources.triton_json import (
+    ModelStatsParser,
     map_model_config,
     map_model_stats,
     parse_model_config,
@@ -111,6 +112,7 @@ class TritonSource:
         self._configs: dict[str, tuple[ModelConfig, float]] = {}
         self._last_stats: dict[str, tuple[ModelStats, ...]] = {}
         self._metrics_parser = TritonMetricsParser()
+        self._stats_parser = ModelStatsParser()
         self._version_url = f"{self._base_url}/v2"
         self._stats_url = f"{self._base_url}/v2/models/stats"
         self._server_version: str | None = None
@@ -132,7 +134,7 @@ class TritonSource:
             self._read_version()
         metrics_url = self._settings.metrics_url
         metrics = self._parsed(metrics_url, "metrics", self._metrics_parser.parse)
-        stats = self._parsed(self._stats_url, "model statistics", parse_model_stats)
+        stats = self._parsed(self._stats_url, "model statistics", self._stats_parser.parse)
 
         configs, partial_errors, restarted = self._model_configs(stats)
         if restarted and not self._version_stale:

@@ -11,10 +11,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from collector.errors import ParseError
 from collector.records import BatchStat, Duration, ModelConfig, ModelStats, QueuePolicy
 
 __all__ = [
+    "ModelStatsParser",
     "map_model_config",
     "map_model_stats",
     "parse_model_config",
@@ -138,6 +141,131 @@ def map_model_stats(doc: object) -> tuple[ModelStats, ...]:
             )
         )
     return tuple(out)
+
+
+_INFER_DURATIONS = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
+_NO_DURATION = Duration()
+
+
+class _NotPlain(Exception):
+    """The document strays from the plain shape the fast path reads."""
+
+
+class ModelStatsParser:
+    """Parses one target's statistics documents, scrape after scrape, to the same
+    records as ``parse_model_stats`` at a fraction of its CPU.
+
+    The body is decoded by orjson, and a document of the plain shape Triton writes
+    (integer counts, every object where an object belongs) is mapped without the
+    per-value checks; a batch size whose counts did not change since the previous
+    document keeps its ``BatchStat``. Anything else -- a count written as a string, a
+    bad value, JSON orjson refuses -- goes through ``parse_model_stats``, so the
+    records and the ``ParseError``s are exactly its own.
+    """
+
+    def __init__(self) -> None:
+        # (model, version) -> {batch_size: (its raw object, its BatchStat)}
+        self._batches: dict[tuple[str, str], dict[int, tuple[object, BatchStat]]] = {}
+
+    def parse(self, body: bytes) -> tuple[ModelStats, ...]:
+        """Parse a ``GET /v2/models/stats`` body. Raises ``ParseError``."""
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return parse_model_stats(body)
+        try:
+            return self._plain(doc)
+        except (_NotPlain, KeyError, TypeError, AttributeError):
+            # Decoded again by json: orjson reads an integer past 64 bits as a float.
+            return parse_model_stats(body)
+
+    def _plain(self, doc: Any) -> tuple[ModelStats, ...]:
+        if type(doc) is not dict:
+            raise _NotPlain
+        entries = doc.get("model_stats", [])
+        if type(entries) is not list:
+            raise _NotPlain
+        seen: dict[tuple[str, str], dict[int, tuple[object, BatchStat]]] = {}
+        out = []
+        for entry in entries:
+            name = entry["name"]
+            version = entry.get("version", "")
+            infer = entry.get("inference_stats", {})
+            if type(name) is not str or type(version) is not str or type(infer) is not dict:
+                raise _NotPlain
+            key = (name, version)
+            batches = self._batch_stats(entry.get("batch_stats", []), self._batches.get(key))
+            seen[key] = batches
+            last = entry.get("last_inference", 0)
+            inferences = entry.get("inference_count", 0)
+            executions = entry.get("execution_count", 0)
+            if type(last) is not int or type(inferences) is not int or type(executions) is not int:
+                raise _NotPlain
+            durations = {k: _plain_duration(infer, k) for k in _INFER_DURATIONS}
+            out.append(
+                ModelStats(
+                    model=name,
+                    version=version,
+                    last_inference_ms=last,
+                    inference_count=inferences,
+                    execution_count=executions,
+                    batch_stats=tuple(sorted((b for _, b in batches.values()), key=_batch_size)),
+                    **durations,
+                )
+            )
+        self._batches = seen
+        return tuple(out)
+
+    @staticmethod
+    def _batch_stats(
+        raw: Any, previous: dict[int, tuple[object, BatchStat]] | None
+    ) -> dict[int, tuple[object, BatchStat]]:
+        if type(raw) is not list:
+            raise _NotPlain
+        out: dict[int, tuple[object, BatchStat]] = {}
+        for b in raw:
+            size = b["batch_size"]
+            if type(size) is not int or size in out:
+                raise _NotPlain  # a repeated size: the slow path keeps both
+            known = previous.get(size) if previous else None
+            if known is not None and known[0] == b:
+                out[size] = known
+                continue
+            out[size] = (
+                b,
+                BatchStat(
+                    size,
+                    _plain_duration(b, "compute_input"),
+                    _plain_duration(b, "compute_infer"),
+                    _plain_duration(b, "compute_output"),
+                ),
+            )
+        return out
+
+
+def _batch_size(b: BatchStat) -> int:
+    return b.batch_size
+
+
+def _plain_duration(doc: dict[str, Any], key: str) -> Duration:
+    d = doc.get(key)
+    if d is None:
+        if key in doc:
+            raise _NotPlain
+        return _NO_DURATION
+    count, ns = d.get("count", 0), d.get("ns", 0)
+    if type(count) is not int or type(ns) is not int:
+        raise _NotPlain
+    return Duration(count, ns)
 
 
 def parse_model_config(text: str, model: str | None = None) -> ModelConfig:
