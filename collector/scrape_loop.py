@@ -221,7 +221,7 @@ class ScrapeLoop:
             if entry is None:
                 return
             try:
-                if not self._stopping:
+                if not (self._stopping or entry.retired):
                     self._run(entry.source)
             except Exception:  # run_source never raises; this is a last line
                 log.exception("%s/%s: scrape failed", entry.source.name, entry.source.target)
