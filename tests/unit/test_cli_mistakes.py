@@ -221,6 +221,11 @@ def test_collect_into_a_database_that_cannot_be_opened_stops_at_once(
         (["demo", "--db", "garbled", "--duration", "1"], "db_url"),
         (["demo", "--port", "70000", "--duration", "1"], "port"),
         (["apply", "--triton", "not a url", "--model", "m", "--yes"], "triton"),
+        (["collect", "--file-sd", "missing.json", "--duration", "30"], "file_sd"),
+        (["serve", "--file-sd", "missing.json", "--port", "8099"], "file_sd"),
+        (["exporter", "--file-sd", "missing.json"], "file_sd"),
+        (["collect", "--triton", _NO_SERVER, "--shard", "3/3", "--duration", "30"], "shard"),
+        (["serve", "--triton", _NO_SERVER, "--shard", "1-of-2", "--port", "8099"], "shard"),
     ],
 )
 def test_a_bad_flag_is_refused_before_anything_starts(
@@ -296,3 +301,18 @@ def test_a_reader_that_goes_away_early_gets_no_traceback(tmp_path: Path) -> None
     stderr = out.stderr.decode()
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
     assert out.returncode == 141
+
+
+def test_an_invalid_file_sd_entry_is_one_line_naming_the_file_and_entry(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text('[{"targets": ["triton-a:8000"]}, {"targets": ["http://triton-b"]}]')
+    db = tmp_path / "c.db"
+    status = main(["collect", "--file-sd", str(fleet), "--db", f"sqlite:///{db}"])
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    line = _one_line(err)
+    assert line.startswith(f"batchscope: invalid setting file_sd: {fleet}: group 1 targets[0]: ")
+    assert "host:port (no scheme)" in line
+    assert not db.exists()  # refused before the store was made

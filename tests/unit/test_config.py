@@ -74,6 +74,15 @@ def test_file_then_env_then_cli(tmp_path: Path) -> None:
             "metrics_url",
         ),
         ({"env": {"BATCHSCOPE_RETENTION_RAW_KEEP_S": "-5"}}, "retention.raw_keep_s"),
+        ({"overrides": {"scrape_workers": 0}}, "scrape_workers"),
+        ({"env": {"BATCHSCOPE_SCRAPE_WORKERS": "many"}}, "scrape_workers"),
+        ({"overrides": {"scrape_workers": True}}, "scrape_workers"),
+        ({"overrides": {"shard": "3/3"}}, "shard"),
+        ({"overrides": {"shard": "0/0"}}, "shard"),
+        ({"env": {"BATCHSCOPE_SHARD": "1"}}, "shard"),
+        ({"overrides": {"shard": "a/b"}}, "shard"),
+        ({"overrides": {"file_sd": ["fleet.json", " "]}}, "file_sd"),
+        ({"overrides": {"file_sd_refresh_s": 0}}, "file_sd_refresh_s"),
     ],
 )
 def test_invalid_settings_name_the_field(kwargs: dict, field: str) -> None:
@@ -169,3 +178,16 @@ def test_settings_built_in_code_read_no_environment(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("BATCHSCOPE_INTERVAL_S", "9")
     assert Settings().interval_s == 5.0
     assert load_settings().interval_s == 9.0
+
+
+def test_fleet_settings_from_the_environment_and_their_defaults() -> None:
+    s = load_settings(
+        env={"BATCHSCOPE_FILE_SD": "sd/a.json, sd/*.yaml", "BATCHSCOPE_SHARD": " 1/4 "}
+    )
+    assert s.file_sd == ("sd/a.json", "sd/*.yaml")
+    assert (s.shard, s.shard_of) == ("1/4", (1, 4))
+    d = load_settings(env={})
+    assert (d.file_sd, d.shard, d.shard_of, d.scrape_workers) == ((), None, None, 16)
+    assert d.file_sd_refresh_s == 5.0
+    with pytest.raises(ConfigError, match=r"invalid setting shard: i must be 0\.\.2"):
+        load_settings(env={}, overrides={"shard": "3/3"})
