@@ -313,6 +313,11 @@ class CollectorService:
                 if name not in wanted:
                     self._endpoints.pop(name, None)
             self.sources = [s for s in self.sources if s not in stopped] + started
+        dropped = set(gone) - set(wanted)
+        if dropped:  # a target gone takes its last counter samples with it
+            with self._lock:
+                for key in [k for k in self._previous if k[0] in dropped]:
+                    del self._previous[key]
         for source in stopped:
             self._health.pop((source.name, source.target), None)  # a return starts afresh
             if self._loop is not None:

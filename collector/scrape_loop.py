@@ -223,7 +223,7 @@ class ScrapeLoop:
             try:
                 if not (self._stopping or entry.retired):
                     self._run(entry.source)
-            except Exception:  # run_source never raises; this is a last line
+            except BaseException:  # run_source never raises; this is a last line
                 log.exception("%s/%s: scrape failed", entry.source.name, entry.source.target)
             finally:
                 entry.busy = False  # before reading retired: see remove
