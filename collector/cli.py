@@ -138,6 +138,8 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
         interval_s=1.0 if args.triton else None,
         sources=["triton", "host"] if args.triton else None,
     )
+    if args.triton:  # observe this server, not the fleet the settings may list
+        settings = settings.model_copy(update={"file_sd": (), "shard": None})
     # Observing live writes the samples (into a new store if need be); recommending
     # from stored samples needs a store that holds some.
     store = Store(settings.db_url) if args.triton else existing_store(settings.db_url)

@@ -114,7 +114,7 @@ class Exporter:
         known = self.store.targets()
         states = {t.name: h for t, h in zip(known, target_healths(known, now), strict=True)}
         waiting = []
-        for target in self.settings.targets:
+        for target in self.collector.targets:  # its shard, file_sd's included
             judged = states.get(target.name)
             if judged is None:
                 waiting.append(f"{target.name}: not scraped yet")

@@ -306,3 +306,22 @@ def test_n_collectors_over_one_store_cover_every_target_exactly_once(
     # The store-wide jobs run in shard 0 only.
     assert set(analysed) == {"0/3"}
     assert [s.runs_store_jobs for s in services] == [True, False, False]
+
+
+def test_an_exporter_of_one_shard_waits_for_its_own_targets_only(tmp_path: Path) -> None:
+    from collector.exporter.service import Exporter
+
+    targets = tuple(TargetSettings(url=f"http://t{i}:8000") for i in range(4))  # type: ignore[call-arg]
+    mine = [t.name for t in targets if in_shard(t.name, (0, 2))]
+    settings = Settings(
+        targets=targets, shard="0/2", db_url=f"sqlite:///{tmp_path}/e.db", sources=("triton",)
+    )
+    exporter = Exporter(settings, host="127.0.0.1", port=0)
+    try:
+        waiting = exporter.readiness().reason
+    finally:
+        exporter.store.close()
+    assert 0 < len(mine) < 4
+    assert sorted(part.split(":")[0] for part in waiting.split("; ")) == sorted(
+        name.split(":")[0] for name in mine
+    )
