@@ -14,6 +14,7 @@ schedule it (one interval job per source on a thread pool as large as the fleet)
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import tempfile
 import threading
 import time
@@ -125,7 +126,7 @@ def main() -> None:
     )
     for count, interval in SHAPES:
         runs = [("batchscope", _measure(count, interval, args.window, settle_s=interval + 1.5))]
-        if not args.quick:
+        if not args.quick and importlib.util.find_spec("apscheduler") is not None:
             runs.append(("apscheduler", _measure_apscheduler(count, interval, args.window)))
         for name, r in runs:
             print(

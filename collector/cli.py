@@ -640,8 +640,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    # Their routine messages (each job run, each migration step) are noise at INFO.
-    logging.getLogger("apscheduler").setLevel(logging.ERROR if not args.verbose else logging.INFO)
+    # Their routine messages (each migration step) are noise at INFO.
     logging.getLogger("alembic").setLevel(logging.WARNING if not args.verbose else logging.INFO)
     return _run(args)
 
