@@ -57,8 +57,7 @@ import json
 import logging
 import math
 import re
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -298,7 +297,6 @@ class PrometheusSource:
         skip: Iterable[str] = (),
         shard: tuple[int, int] | None = None,
         session: requests.Session | None = None,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.target = target
         base, matchers = selector_from_url(url)
@@ -313,7 +311,6 @@ class PrometheusSource:
         self._names = dict(names or {})
         self._skip = frozenset(skip)
         self._shard = shard
-        self._clock = clock
         self._tritons: set[_GroupKey] = set()  # known as Tritons since the start
         self._last_at: dict[_GroupKey, float] = {}
         self._gap_s: dict[_GroupKey, float] = {}
@@ -338,6 +335,11 @@ class PrometheusSource:
                 log.warning("%s: the query answered with a warning: %s", self._who, warning)
         groups = group_samples(samples)
         self._tritons.update(k for k, g in groups.items() if g.is_triton)
+        # A target Prometheus no longer scrapes (its up went stale) is forgotten.
+        for gone in self._tritons - groups.keys():
+            self._tritons.discard(gone)
+            self._last_at.pop(gone, None)
+            self._gap_s.pop(gone, None)
         tritons = sorted(k for k in self._tritons if k in groups and k[1] not in self._skip)
         names = self._target_names(tritons)
         tritons = [k for k in tritons if in_shard(names[k], self._shard)]

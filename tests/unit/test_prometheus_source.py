@@ -251,6 +251,17 @@ def test_a_fleet_with_gpus_dcgm_the_exporter_a_gap_and_a_target_going_down(
     assert healths["10.0.0.5:8002"].interval_s == pytest.approx(5.0)  # Prometheus's pace
 
 
+def test_a_target_prometheus_stopped_scraping_is_forgotten(prom: _Server) -> None:
+    source = _source(prom.url)
+    prom.body = fixture("fleet_1.json")
+    assert len(_split(source.collect())[0]) == 3
+    prom.body = fixture("cpu_first.json")  # another fleet: the three are gone
+    assert set(_split(source.collect())[0]) == {CPU_INSTANCE}
+    assert source.collect() == []  # no newer scrape
+    prom.body = fixture("fleet_1.json")  # back, as new targets (same scrape times)
+    assert len(_split(source.collect())[0]) == 3
+
+
 def test_configured_targets_lend_their_names_or_are_left_to_the_triton_source(
     prom: _Server,
 ) -> None:
