@@ -325,3 +325,40 @@ def test_an_exporter_of_one_shard_waits_for_its_own_targets_only(tmp_path: Path)
     assert sorted(part.split(":")[0] for part in waiting.split("; ")) == sorted(
         name.split(":")[0] for name in mine
     )
+
+
+def test_collect_scrapes_the_servers_a_file_sd_file_lists(tmp_path: Path) -> None:
+    """`batchscope collect --file-sd FILE` end to end, against a Triton-like server
+    (its HTTP API and metrics on one port, said by a label)."""
+    from http.server import ThreadingHTTPServer
+
+    from collector.cli import main
+    from tests.unit.test_scheduler import _Handler
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), _Handler) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        fleet = tmp_path / "fleet.json"
+        _write(
+            fleet,
+            [
+                {
+                    "targets": [f"127.0.0.1:{port}"],
+                    "labels": {"__batchscope_metrics_port": str(port)},
+                }
+            ],
+        )
+        db = f"sqlite:///{tmp_path}/c.db"
+        argv = ["collect", "--file-sd", str(fleet), "--sources", "triton", "--db", db]
+        status = main([*argv, "--interval", "0.5", "--duration", "2"])
+        server.shutdown()
+    assert status == 0
+    store = Store(db)
+    try:
+        [state] = store.targets()
+        assert (state.name, state.up) == (f"127.0.0.1:{port}", True)
+        assert state.metrics_url == f"http://127.0.0.1:{port}/metrics"
+        assert len(store.model_samples(target=state.name, model="resnet50")) >= 2
+    finally:
+        store.close()
