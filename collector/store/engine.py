@@ -78,6 +78,14 @@ class Database:
         )
         self._schema_ready = False
         self._schema_lock = threading.Lock()
+        # The write cache: what this store wrote or read before, so a scrape's write
+        # needs no query to find it again. Filled only after a commit. It assumes one
+        # writer per target (two collectors never scrape one target).
+        self._target_ids: dict[str, int] = {}
+        self._model_ids: dict[int, dict[tuple[str, str], int]] = {}
+        self._latest_config_json: dict[int, dict[str, str]] = {}
+        self._server_versions: dict[int, str] = {}
+        self._source_up: dict[int, dict[str, bool]] = {}
 
     def __enter__(self) -> Database:
         return self

@@ -4,12 +4,13 @@ reads, oldest first."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVarTuple, cast
 
-from sqlalchemy import ColumnElement, Integer, Select, Table, func, insert, select
+from sqlalchemy import ColumnElement, Integer, Select, Table, func, insert, select, update
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import FunctionElement
@@ -61,6 +62,17 @@ _SampleTable = type[ServerSampleRow] | type[DeviceSampleRow] | type[ProcessSampl
 _Ts = TypeVarTuple("_Ts")
 # The columns that come from ``ProcessSample``'s fields (see ``schema.record_columns``).
 _PROCESS = cast(Table, ProcessSampleRow.__table__).c
+_TARGETS = cast(Table, TargetRow.__table__)
+# Core statements on the tables, built once: the ORM's bulk insert costs several times
+# as much CPU per row, and a statement built per call costs its cache key each time.
+_MODEL_SAMPLES = cast(Table, ModelSampleRow.__table__)
+_INSERT_MODEL_SAMPLE = insert(_MODEL_SAMPLES).returning(
+    _MODEL_SAMPLES.c.id, sort_by_parameter_order=True
+)
+_INSERT_BATCH_STAT = insert(cast(Table, BatchStatRow.__table__))
+_INSERT_CONFIG = insert(cast(Table, ModelConfigRow.__table__))
+_INSERT_SERVER = insert(cast(Table, ServerSampleRow.__table__))
+_INSERT_DEVICE = insert(cast(Table, DeviceSampleRow.__table__))
 
 
 class SamplesMixin(TargetsMixin):
@@ -84,22 +96,30 @@ class SamplesMixin(TargetsMixin):
         ``"triton"`` if it is new.
         """
         at = snapshot.collected_at
+        known: list[Callable[[], None]] = []  # what the write cache learns, once committed
         with self._write() as session:
-            target_id = self._ensure_target(session, snapshot.target, TRITON_KIND)
-            if snapshot.server_version is not None:
-                session.get_one(TargetRow, target_id).server_version = snapshot.server_version
-            self._write_model_samples(session, target_id, snapshot, rates or {})
-            self._write_configs(session, target_id, at, snapshot.model_configs)
+            target_id = self._target_id(session, snapshot.target, TRITON_KIND, known)
+            version = snapshot.server_version
+            if version is not None and self._server_versions.get(target_id) != version:
+                session.execute(
+                    update(_TARGETS)
+                    .where(_TARGETS.c.id == target_id)
+                    .values(server_version=version)
+                )
+                known.append(
+                    functools.partial(self._server_versions.__setitem__, target_id, version)
+                )
+            self._write_model_samples(session, target_id, snapshot, rates or {}, known)
+            self._write_configs(session, target_id, at, snapshot.model_configs, known)
             if snapshot.server is not None:
                 values = {"target_id": target_id, "collected_at": at}
-                session.execute(
-                    insert(ServerSampleRow), [{**values, **record_values(snapshot.server)}]
-                )
+                session.execute(_INSERT_SERVER, [{**values, **record_values(snapshot.server)}])
             if snapshot.gpus:
                 session.execute(
-                    insert(DeviceSampleRow),
-                    [device_values(target_id, at, d) for d in snapshot.gpus],
+                    _INSERT_DEVICE, [device_values(target_id, at, d) for d in snapshot.gpus]
                 )
+        for learn in known:
+            learn()
 
     def write_devices(
         self, target: str, collected_at: float, samples: Sequence[DeviceSample]
@@ -346,15 +366,16 @@ class SamplesMixin(TargetsMixin):
         target_id: int,
         snapshot: TritonSnapshot,
         rates: Mapping[tuple[str, str], ModelRates],
+        known: list[Callable[[], None]],
     ) -> None:
         if not snapshot.model_metrics:
             return
         keys = [(m.model, m.version) for m in snapshot.model_metrics]
-        model_ids = self._ensure_models(session, target_id, keys)
+        model_ids = self._model_ids_of(session, target_id, keys, known)
         stats = {(s.model, s.version): s for s in snapshot.model_stats}
         at = snapshot.collected_at
         sample_ids = session.scalars(
-            insert(ModelSampleRow).returning(ModelSampleRow.id, sort_by_parameter_order=True),
+            _INSERT_MODEL_SAMPLE,
             [
                 model_sample_values(model_ids[key], at, m, stats.get(key), rates.get(key))
                 for key, m in zip(keys, snapshot.model_metrics, strict=True)
@@ -367,7 +388,33 @@ class SamplesMixin(TargetsMixin):
             for b in stats[key].batch_stats
         ]
         if batch_rows:
-            session.execute(insert(BatchStatRow), batch_rows)
+            session.execute(_INSERT_BATCH_STAT, batch_rows)
+
+    def _target_id(
+        self, session: Session, name: str, kind: str, known: list[Callable[[], None]]
+    ) -> int:
+        """The id of target ``name`` from the write cache, or ``_ensure_target``'s."""
+        target_id = self._target_ids.get(name)
+        if target_id is None:
+            target_id = self._ensure_target(session, name, kind)
+            known.append(functools.partial(self._target_ids.__setitem__, name, target_id))
+        return target_id
+
+    def _model_ids_of(
+        self,
+        session: Session,
+        target_id: int,
+        keys: Sequence[tuple[str, str]],
+        known: list[Callable[[], None]],
+    ) -> dict[tuple[str, str], int]:
+        """Ids of the (model, version)s of a target, from the write cache when all are
+        in it (the steady state: no query), else made by ``_ensure_models``."""
+        cached = self._model_ids.get(target_id, {})
+        if all(key in cached for key in keys):
+            return cached
+        ids = self._ensure_models(session, target_id, keys)
+        known.append(functools.partial(self._model_ids.__setitem__, target_id, ids))
+        return ids
 
     def _ensure_models(
         self, session: Session, target_id: int, keys: Iterable[tuple[str, str]]
@@ -397,32 +444,33 @@ class SamplesMixin(TargetsMixin):
         target_id: int,
         collected_at: float,
         configs: Sequence[ModelConfig],
+        known: list[Callable[[], None]],
     ) -> None:
-        """Insert the configs whose ``raw_json`` changed since the latest stored one."""
+        """Insert the configs whose ``raw_json`` changed since the latest stored one
+        (known from the write cache after the first write of the target)."""
         if not configs:
             return
-        latest = (
-            select(func.max(ModelConfigRow.id))
-            .where(ModelConfigRow.target_id == target_id)
-            .group_by(ModelConfigRow.model)
-        )
-        current = {
-            model: raw
-            for model, raw in session.execute(
-                select(ModelConfigRow.model, ModelConfigRow.raw_json).where(
-                    ModelConfigRow.id.in_(latest)
-                )
+        current = self._latest_config_json.get(target_id)
+        if current is None:
+            latest = (
+                select(func.max(ModelConfigRow.id))
+                .where(ModelConfigRow.target_id == target_id)
+                .group_by(ModelConfigRow.model)
             )
-        }
+            stmt = select(ModelConfigRow.model, ModelConfigRow.raw_json).where(
+                ModelConfigRow.id.in_(latest)
+            )
+            current = {model: raw for model, raw in session.execute(stmt)}
         # The last config of a model in the snapshot wins, as a later read would.
         by_model = {c.model: c for c in configs}
-        changed = [
-            config_values(target_id, collected_at, c)
-            for c in by_model.values()
-            if current.get(c.model) != c.raw_json
-        ]
+        changed = [c for c in by_model.values() if current.get(c.model) != c.raw_json]
         if changed:
-            session.execute(insert(ModelConfigRow), changed)
+            session.execute(
+                _INSERT_CONFIG, [config_values(target_id, collected_at, c) for c in changed]
+            )
+        if changed or target_id not in self._latest_config_json:
+            stored = {**current, **{c.model: c.raw_json for c in changed}}
+            known.append(functools.partial(self._latest_config_json.__setitem__, target_id, stored))
 
 
 # --------------------------------------------------------------------------- queries
