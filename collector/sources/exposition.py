@@ -1,9 +1,10 @@
 """Prometheus text exposition -> plain metric families: the *parse* step, kept apart.
 
 This is the only module that imports ``prometheus_client.parser``. Everything after it
-(``collector.sources.triton.map_metrics``) consumes the neutral ``MetricFamily`` below,
-so a faster, targeted parser can replace ``parse_exposition`` without touching the
-mapper or its tests.
+(``collector.sources.triton.map_metrics``) consumes the neutral ``MetricFamily`` below.
+``parse_exposition`` is the reference: ``collector.sources.fast_exposition`` (the fast
+parser from bytes, for the wanted families, with per-target caches) is tested against
+it, and hands back to it the rare page its caches cannot follow.
 
 Naming contract, whatever parser sits behind ``parse_exposition``:
 
