@@ -67,6 +67,10 @@ _NAME = re.compile(rb"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _QUOTED = re.compile(rb'"((?:[^"\\]|\\.)*)"')
 _ESCAPE = re.compile(r'\\[\\n"]')
 _UNESCAPED = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
+_PAIR = rb'[a-zA-Z_:][a-zA-Z0-9_:]*="(?:[^"\\]|\\.)*"'
+# A label set as exporters write it (no blanks, no quoted names): read with two regexes.
+_PLAIN_SET = re.compile(rb"\{(?:" + _PAIR + rb"(?:," + _PAIR + rb")*,?)?\}")
+_PLAIN_PAIR = re.compile(rb'([a-zA-Z_:][a-zA-Z0-9_:]*)="((?:[^"\\]|\\.)*)"')
 _COMMENT_TOKEN = re.compile(r'(?:"(?:[^"\\]|\\.)*"?|[^\s"])+')
 _BLANKS = b" \t\r\x0b\x0c"
 _HASH = 35  # "#"
@@ -179,6 +183,11 @@ def _quoted(line: bytes, k: int) -> tuple[str, int]:
 def _parse_labels(line: bytes, k: int) -> tuple[dict[str, str], str | None, int]:
     """The label set opening at ``line[k] == "{"``: labels, a metric name given inside the
     braces (or None) and the index past ``}``."""
+    plain = _PLAIN_SET.match(line, k)
+    if plain is not None:
+        found = _plain_labels(plain.group())
+        if found is not None:
+            return found, None, plain.end()
     n = len(line)
     labels: dict[str, str] = {}
     name: str | None = None
@@ -222,6 +231,23 @@ def _parse_labels(line: bytes, k: int) -> tuple[dict[str, str], str | None, int]
         else:
             labels[label] = value
         k = _after_term(line, k)
+
+
+def _plain_labels(text: bytes) -> dict[str, str] | None:
+    """Labels of a plain label set, or None when the general reader must decide."""
+    labels: dict[str, str] = {}
+    for raw_name, raw_value in _PLAIN_PAIR.findall(text):
+        name = raw_name.decode("ascii")
+        if name.startswith("__") or name in labels:
+            return None  # __name__, a reserved name or a duplicate: the general reader
+        try:
+            value = raw_value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if "\\" in value:
+            value = _ESCAPE.sub(lambda e: _UNESCAPED[e.group()], value)
+        labels[name] = value
+    return labels
 
 
 def _after_term(line: bytes, k: int) -> int:
