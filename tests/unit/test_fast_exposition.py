@@ -31,7 +31,7 @@ from collector.sources.fast_exposition import FastExpositionParser
 from collector.sources.triton_metrics import TritonMetricsParser, parse_metrics
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "triton"
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def normal(families: Mapping[str, MetricFamily]) -> dict[str, object]:
@@ -406,7 +406,7 @@ def _metrics_or_error(parse: object, arg: object) -> str:
 
 
 @settings(
-    max_examples=30,
+    max_examples=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example],
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # shrinking pages this big is slow
