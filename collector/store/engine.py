@@ -86,6 +86,7 @@ class Database:
         self._latest_config_json: dict[int, dict[str, str]] = {}
         self._server_versions: dict[int, str] = {}
         self._source_up: dict[int, dict[str, bool]] = {}
+        self._scrape_locks: dict[str, threading.Lock] = {}
 
     def __enter__(self) -> Database:
         return self

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import Table, func, select
+from sqlalchemy import Table, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from collector.analysis.health import HOST_KIND, TRITON_KIND, scrape_decides, target_up
 from collector.records import HostFacts
 from collector.store.engine import Database
-from collector.store.mapping import RowValues, columns, orm_values, record_from, record_values
+from collector.store.mapping import RowValues, columns, record_from, record_values
 from collector.store.rows import TargetState, TargetTransition
 from collector.store.schema import HostFactsRow, TargetRow, TransitionRow
 
@@ -20,6 +21,8 @@ __all__ = ["TargetsMixin"]
 
 # The columns that come from ``HostFacts``' fields (see ``schema.record_columns``).
 _HOST_FACTS = cast(Table, HostFactsRow.__table__).c
+_TARGETS = cast(Table, TargetRow.__table__)
+_INSERT_TRANSITION = insert(cast(Table, TransitionRow.__table__))
 
 
 class TargetsMixin(Database):
@@ -57,39 +60,51 @@ class TargetsMixin(Database):
         ``kind`` overwrites the stored kind.
         """
         ok = error_kind is None
+        # Scrapes of one target in this process take turns, so the cached source
+        # states are the ones the previous scrape committed.
+        with self._scrape_locks.setdefault(target, threading.Lock()):
+            return self._record_scrape(
+                target, source, kind, ok, started_at, duration_s, error_kind, error,
+                interval_s=interval_s, first_in_run=first_in_run,
+            )  # fmt: skip
+
+    def _record_scrape(
+        self,
+        target: str,
+        source: str,
+        kind: str,
+        ok: bool,
+        started_at: float,
+        duration_s: float,
+        error_kind: str | None,
+        error: str | None,
+        *,
+        interval_s: float | None,
+        first_in_run: bool,
+    ) -> TargetState:
         with self._write() as session:
-            target_id = self._ensure_target(session, target, kind)
-            row = session.get_one(TargetRow, target_id)
-            states = self._source_states(session, [target_id]).get(target_id, {})
-            previous = states.get(source)
-            if previous is None or previous.up != ok:
+            target_id = self._target_ids.get(target)
+            if target_id is None:
+                target_id = self._ensure_target(session, target, kind)
+            up_by_source = self._source_up.get(target_id)
+            if up_by_source is None:
+                states = self._source_states(session, [target_id]).get(target_id, {})
+                up_by_source = {name: t.up for name, t in states.items()}
+            previous = up_by_source.get(source)
+            if previous is None or previous != ok:
                 transition = TargetTransition(target, source, started_at, ok, error_kind, error)
                 values = record_values(transition, skip=("target",))
-                session.add(TransitionRow(target_id=target_id, **values))
-            up_by_source = {name: t.up for name, t in states.items()}
-            up_by_source[source] = ok
-            row.kind = kind
-            if interval_s is not None and interval_s > 0:
-                row.interval_s = interval_s
-            if scrape_decides(kind, source):
-                if first_in_run:
-                    row.consecutive_failures = 0
-                row.last_scrape_at = started_at
-                row.last_duration_s = duration_s
-                up = target_up(kind, up_by_source)
-                if not ok:
-                    row.consecutive_failures += 1
-                    row.last_error_kind = error_kind
-                    row.last_error = error
-                else:
-                    row.last_seen_at = started_at
-                    if up:
-                        row.consecutive_failures = 0
-                        row.last_error_kind = None
-                        row.last_error = None
-                row.up = up
-            session.flush()
-            return _target_state(orm_values(row), up_by_source)
+                session.execute(_INSERT_TRANSITION, [{"target_id": target_id, **values}])
+            up_by_source = {**up_by_source, source: ok}
+            changes = _scrape_changes(
+                kind, source, ok, up_by_source, started_at, duration_s, error_kind, error,
+                interval_s=interval_s, first_in_run=first_in_run,
+            )  # fmt: skip
+            stmt = update(_TARGETS).where(_TARGETS.c.id == target_id).values(changes)
+            row = session.execute(stmt.returning(*_TARGETS.c)).mappings().one()
+        self._target_ids[target] = target_id
+        self._source_up[target_id] = up_by_source
+        return _target_state(row, up_by_source)
 
     def record_endpoints(self, target: str, *, url: str, metrics_url: str) -> None:
         """Keep where the Triton ``target`` is scraped, for commands that are given only
@@ -191,6 +206,41 @@ class TargetsMixin(Database):
         for t in session.scalars(select(TransitionRow).where(TransitionRow.id.in_(latest))):
             states[t.target_id][t.source] = t
         return states
+
+
+def _scrape_changes(
+    kind: str,
+    source: str,
+    ok: bool,
+    up_by_source: dict[str, bool],
+    started_at: float,
+    duration_s: float,
+    error_kind: str | None,
+    error: str | None,
+    *,
+    interval_s: float | None,
+    first_in_run: bool,
+) -> dict[str, Any]:
+    """The column changes of a target's row for one scrape (see ``record_scrape``)."""
+    changes: dict[str, Any] = {"kind": kind}
+    if interval_s is not None and interval_s > 0:
+        changes["interval_s"] = interval_s
+    if not scrape_decides(kind, source):
+        return changes
+    failures: Any = 0 if first_in_run else _TARGETS.c.consecutive_failures
+    up = target_up(kind, up_by_source)
+    changes.update(last_scrape_at=started_at, last_duration_s=duration_s, up=up)
+    if not ok:
+        changes.update(
+            consecutive_failures=failures + 1, last_error_kind=error_kind, last_error=error
+        )
+    else:
+        changes["last_seen_at"] = started_at
+        if up:
+            changes.update(consecutive_failures=0, last_error_kind=None, last_error=None)
+        elif first_in_run:
+            changes["consecutive_failures"] = 0
+    return changes
 
 
 def _target_state(row: RowValues, sources: dict[str, bool]) -> TargetState:
