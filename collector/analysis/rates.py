@@ -154,6 +154,8 @@ def batch_stats_increase(
     out: list[BatchStat] = []
     for b in cur:
         p = before.get(b.batch_size)
+        if p is not None and b.compute_infer.count == p.compute_infer.count:
+            continue  # no new execution: its increase would be left out below
         if p is None or b.exec_count < p.exec_count:
             delta = b
         else:
