@@ -107,6 +107,9 @@ class _Process:
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 list(command),
+                # Not the caller's folder: ``python -m`` puts its folder first on the
+                # path, ahead of a ``source_root`` given through PYTHONPATH.
+                cwd=self.workdir,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -417,7 +420,15 @@ def wait_for_first_scrapes(
         if done_b >= targets and done_p >= targets:
             return ""
         if time.monotonic() > deadline:
-            return f"warm-up ended with {done_b}/{targets} (batchscope), {done_p} (Prometheus)"
+            note = f"warm-up ended with {done_b}/{targets} (batchscope), {done_p} (Prometheus)"
+            if done_b < targets:
+                problems = [
+                    line
+                    for line in collector.log_tail(20000).splitlines()
+                    if " WARNING " in line or " ERROR " in line or "Error" in line
+                ]
+                note += "".join(f"\n  batchscope log: {line[:300]}" for line in problems[-3:])
+            return note
         time.sleep(0.5)
 
 
