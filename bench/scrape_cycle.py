@@ -14,6 +14,7 @@ process's CPU is counted (``time.process_time``), after ``--warmup`` scrapes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import itertools
 import json
@@ -24,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -165,8 +168,8 @@ def run(args: argparse.Namespace) -> None:
                 time.sleep(0.05)
         url = f"http://127.0.0.1:{port}"
         target = TargetSettings(url=url, metrics_url=f"{url}/metrics", name="bench")
-        with tempfile.TemporaryDirectory() as tmp:
-            db = args.db or f"sqlite:///{tmp}/bench.db"
+        with tempfile.TemporaryDirectory() as tmp, _scratch(args.db) as scratch:
+            db = scratch or f"sqlite:///{tmp}/bench.db"
             store = Store(db)
             settings = Settings(targets=[target], interval_s=1.0)
             source = TritonSource(target)
@@ -200,6 +203,29 @@ def run(args: argparse.Namespace) -> None:
     finally:
         server.terminate()
         server.wait()
+
+
+@contextlib.contextmanager
+def _scratch(url: str) -> Iterator[str]:
+    """``url`` as given, or for PostgreSQL one whose connections see only a fresh
+    schema, dropped afterwards."""
+    if not url.startswith("postgresql"):
+        yield url
+        return
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    schema = f"bs_scrape_cycle_{uuid.uuid4().hex}"
+    admin = create_engine(url)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        scoped = make_url(url).update_query_dict({"options": f"-csearch_path={schema}"})
+        yield scoped.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
 
 
 def main() -> None:
