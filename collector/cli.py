@@ -137,6 +137,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
         args,
         interval_s=1.0 if args.triton else None,
         sources=["triton", "host"] if args.triton else None,
+        check_file_sd=not args.triton,  # observing one server ignores the file_sd files
     )
     if args.triton:  # observe this server, not the fleet the settings may list
         settings = settings.model_copy(update={"file_sd": (), "shard": None})

@@ -11,6 +11,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any
 
+from collector.analysis.health import FLEET_SOURCE
 from collector.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -56,11 +57,14 @@ def collecting_settings(
     sources: list[str] | None,
     duration_s: float | str | None = None,
     default_db_url: str | None = None,
+    check_file_sd: bool = True,
 ) -> Settings:
     """Settings for a command that scrapes Triton: the file and environment, then the
     command's ``--triton``, ``--metrics-url``, ``--file-sd``, ``--shard`` and ``--db``
     (or ``default_db_url`` when it has its own store) and the given collection
-    overrides (``None`` leaves a setting as the file or environment says)."""
+    overrides (``None`` leaves a setting as the file or environment says). The file_sd
+    files are read once as a check, unless ``check_file_sd`` is False (a command that
+    does not scrape them)."""
     from collector.config import load_settings
     from collector.discovery import FileSd
     from collector.sources import SOURCES
@@ -73,7 +77,7 @@ def collecting_settings(
             "db_url": args.db_url or default_db_url,
             "interval_s": interval_s,
             "duration_s": duration_s,
-            "sources": sources or (["prometheus"] if getattr(args, "prometheus", None) else None),
+            "sources": sources or ([FLEET_SOURCE] if getattr(args, "prometheus", None) else None),
             "prometheus_url": getattr(args, "prometheus", None),
             # Flags of the commands that scrape a fleet (add_fleet_flags).
             "file_sd": getattr(args, "file_sd", None),
@@ -81,7 +85,7 @@ def collecting_settings(
         },
         known_sources=set(SOURCES),
     )
-    if settings.file_sd:
+    if settings.file_sd and check_file_sd:
         FileSd(settings.file_sd).load()  # a file missing or invalid stops the start here
     return settings
 
@@ -129,7 +133,7 @@ def describe_targets(settings: Settings, *, most: int = 5) -> str:
     parts = [", ".join(urls) if len(urls) <= most else f"{len(urls)} targets"] if urls else []
     if settings.file_sd:
         parts.append(f"the targets of file_sd {', '.join(settings.file_sd)}")
-    if "prometheus" in settings.sources and settings.prometheus_url:
+    if FLEET_SOURCE in settings.sources and settings.prometheus_url:
         parts.append(f"every Triton that Prometheus {settings.prometheus_url} scrapes")
     text = " and ".join(parts) or "no Triton target"
     return text + (f" (shard {settings.shard})" if settings.shard else "")

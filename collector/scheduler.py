@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from collector import records
-from collector.analysis.health import HOST_KIND, TRITON_KIND
+from collector.analysis.health import HOST_KIND, TRITON_KIND, stale_after_s
 from collector.analysis.rates import rates_between
 from collector.config import Settings, TargetSettings
 from collector.discovery import FileSd, in_shard
@@ -110,6 +110,14 @@ class CollectorService:
         self._health: dict[tuple[str, str], SourceHealth] = {}
         # The previous counter sample of each series, for per-scrape rates.
         self._previous: dict[tuple[str, str, str], records.ModelSample] = {}
+        # Fleet targets' scrape intervals (their samples' stale horizon), and when
+        # stale samples are next looked for (``forget_stale``).
+        self._intervals: dict[str, float] = {}
+        # Each target's latest snapshot: when it came, and its collected_at.
+        self._seen: dict[str, tuple[float, float]] = {}
+        self._forget_at = 0.0
+        # Sources of targets file_sd dropped or changed, until closed (by id).
+        self._retired: dict[int, Source] = {}
         self._lock = threading.Lock()
         if self._file_sd is not None:
             self.update_targets(self._file_sd.load())
@@ -131,6 +139,7 @@ class CollectorService:
         error: str | None = None
         try:
             collected = source.collect()
+            self._note_seen(collected, started)
             self._persist(source.target, collected)
         except CollectError as exc:
             error_kind, error = exc.error_kind, str(exc)
@@ -155,6 +164,9 @@ class CollectorService:
         except Exception:
             log.exception("%s/%s: could not record the scrape result", source.name, source.target)
         self._update_health(source, health, error_kind, error, started)
+        if started >= self._forget_at:  # a look every stale horizon, for every source
+            self._forget_at = started + stale_after_s(self.settings.interval_s)
+            self.forget_stale(started)
         return error_kind is None
 
     def _record_endpoints(self, target: str) -> None:
@@ -208,22 +220,32 @@ class CollectorService:
         now = self._clock()
         devices = [r for r in collected if isinstance(r, records.DeviceSample)]
         processes = [r for r in collected if isinstance(r, records.ProcessSample)]
+        first_error: Exception | None = None
         for record in collected:
-            if isinstance(record, records.TritonSnapshot):
-                # The per-scrape rates stored here are what every reader uses.
-                self.store.write_triton(record, self._rates_for(record))
-            elif isinstance(record, records.HostFacts):
-                self.store.write_host_facts(target, record)
-            elif isinstance(record, records.ScrapeHealth):  # fleet mode: Prometheus's `up`
-                self.store.record_scrape(
-                    record.target, record.source, kind=TRITON_KIND, started_at=record.scraped_at,
-                    duration_s=record.duration_s, error_kind=None if record.up else "down",
-                    error=record.error, interval_s=record.interval_s,
-                )  # fmt: skip
+            try:
+                self._write_record(target, record)
+            except Exception as exc:  # the other records are still written
+                log.warning("%s: could not write a %s: %s", target, type(record).__name__, exc)
+                first_error = first_error or exc
         if devices:
             self.store.write_devices(target, now, devices)
         if processes:
             self.store.write_processes(target, now, processes)
+        if first_error is not None:  # the scrape failed with it
+            raise first_error
+
+    def _write_record(self, target: str, record: Record) -> None:
+        if isinstance(record, records.TritonSnapshot):
+            # The per-scrape rates stored here are what every reader uses.
+            self.store.write_triton(record, self._rates_for(record))
+        elif isinstance(record, records.HostFacts):
+            self.store.write_host_facts(target, record)
+        elif isinstance(record, records.ScrapeHealth):  # fleet mode: Prometheus's `up`
+            self.store.record_scrape(
+                record.target, record.source, kind=TRITON_KIND, started_at=record.scraped_at,
+                duration_s=record.duration_s, error_kind=None if record.up else "down",
+                error=record.error, interval_s=record.interval_s,
+            )  # fmt: skip
 
     def _rates_for(
         self, snapshot: records.TritonSnapshot
@@ -295,45 +317,90 @@ class CollectorService:
     def update_targets(self, found: Sequence[TargetSettings]) -> None:
         """Make ``found`` (file_sd's targets) the discovered targets: those of this
         shard not yet scraped start, those gone stop and their sources are closed. A
-        target the settings name themselves keeps the settings' endpoints."""
+        target the settings name themselves keeps the settings' endpoints. A target
+        whose sources cannot be made is logged and left out; the others change."""
         shard = self.settings.shard_of
         static = {t.name for t in self.settings.targets}
         wanted = {t.name: t for t in found if t.name not in static and in_shard(t.name, shard)}
         with self._targets_lock:
-            gone = [n for n, (t, _) in self._discovered.items() if wanted.get(n) != t]
+            known = dict(self._discovered)
+        gone = [n for n, (t, _) in known.items() if wanted.get(n) != t]
+        built: dict[str, tuple[TargetSettings, list[Source]]] = {}
+        for name, target in wanted.items():
+            if name in known and name not in gone:
+                continue
+            try:  # every new source first: a failure changes nothing else
+                built[name] = (target, self._source_factory(target))
+            except Exception:
+                log.exception("file_sd: cannot scrape target %s; left out", name)
+        with self._targets_lock:
+            # The loop read once, and sources added under the lock that shutdown
+            # takes to end it: none starts on a stopped loop and stays unclosed.
+            loop = self._loop
             stopped = [source for name in gone for source in self._discovered.pop(name)[1]]
-            new = [t for name, t in wanted.items() if name not in self._discovered]
-            started: list[Source] = []
-            for target in new:
-                sources = self._source_factory(target)
-                self._discovered[target.name] = (target, sources)
-                self._endpoints[target.name] = target
-                started.extend(sources)
+            started = [source for _, sources in built.values() for source in sources]
+            self._discovered.update(built)
             for name in gone:
-                if name not in wanted:
-                    self._endpoints.pop(name, None)
+                self._endpoints.pop(name, None)
+            self._endpoints.update((name, target) for name, (target, _) in built.items())
             self.sources = [s for s in self.sources if s not in stopped] + started
-        dropped = set(gone) - set(wanted)
-        if dropped:  # a target gone takes its last counter samples with it
-            with self._lock:
-                for key in [k for k in self._previous if k[0] in dropped]:
-                    del self._previous[key]
-        for source in stopped:
-            self._health.pop((source.name, source.target), None)  # a return starts afresh
-            if self._loop is not None:
-                self._loop.remove(source)
+            for source in stopped:
+                # A changed target's new sources start afresh; a dropped target's
+                # state goes once no scrape of it runs (``_close_source``).
+                self._retired[id(source)] = source
+                if source.target in built:
+                    self._health.pop((source.name, source.target), None)
+            if loop is not None:
+                for source in started:
+                    loop.add(source)
+        for source in stopped:  # closed now, or when its scrape ends (or by loop.stop)
+            if loop is not None:
+                loop.remove(source)
             else:
-                self._close(source)
-        if self._loop is not None:
-            for source in started:
-                self._loop.add(source)
-        if gone or new:
+                self._close_source(source)
+        if gone or built:
             log.info(
                 "file_sd: %d target(s) started, %d stopped; %d discovered in all",
-                len(new),
+                len(built),
                 len(gone),
                 len(self._discovered),
             )
+
+    def forget_stale(self, now: float) -> None:
+        """Drop the counter samples that are stale (``stale_after_s`` of the target's
+        interval): all of a target that no scrape brought since (gone from Prometheus,
+        a pod replaced), and a series its target's newer snapshots no longer hold (a
+        model unloaded). Each age on one clock: the collector's since the target was
+        last seen, the target's own between its snapshots."""
+        interval = self.settings.interval_s
+        with self._lock:
+            seen, intervals = self._seen, self._intervals
+            horizon = {t: stale_after_s(max(interval, intervals.get(t, 0.0))) for t in seen}
+            gone = {t for t, (at, _) in seen.items() if now - at > horizon[t]}
+            old = [
+                key
+                for key, sample in self._previous.items()
+                if key[0] in gone
+                or (key[0] in seen and seen[key[0]][1] - sample.collected_at > horizon[key[0]])
+            ]
+            for key in old:
+                del self._previous[key]
+            for target in gone:
+                del seen[target]
+                intervals.pop(target, None)
+
+    def _note_seen(self, collected: Sequence[Record], now: float) -> None:
+        """Keep when each target's snapshot came (now, and its own time) and each fleet
+        target's scrape interval (as Prometheus scrapes it), for ``forget_stale``."""
+        snapshots = [r for r in collected if isinstance(r, records.TritonSnapshot)]
+        intervals = [r for r in collected if isinstance(r, records.ScrapeHealth)]
+        if snapshots or intervals:
+            with self._lock:
+                for snapshot in snapshots:
+                    self._seen[snapshot.target] = (now, snapshot.collected_at)
+                for health in intervals:
+                    if health.interval_s:
+                        self._intervals[health.target] = health.interval_s
 
     # ------------------------------------------------------------------ scheduling
 
@@ -352,7 +419,7 @@ class CollectorService:
             workers=settings.scrape_workers,
             jitter_s=settings.jitter_s,
             ready=self._due,
-            close=self._close,
+            close=self._close_source,
         )
         with self._targets_lock:
             sources = list(self.sources)
@@ -384,6 +451,22 @@ class CollectorService:
         except Exception:
             log.exception("%s/%s: close failed", source.name, source.target)
 
+    def _close_source(self, source: Source) -> None:
+        """Close ``source`` (no scrape of it runs now); when file_sd dropped its target,
+        the target's retry state and counter samples go too (unless it came back)."""
+        self._close(source)
+        if self._retired.pop(id(source), None) is None:
+            return
+        with self._targets_lock:
+            if source.target in self._endpoints:  # still or again scraped
+                return
+        self._health.pop((source.name, source.target), None)
+        with self._lock:
+            for key in [k for k in self._previous if k[0] == source.target]:
+                del self._previous[key]
+            self._seen.pop(source.target, None)
+            self._intervals.pop(source.target, None)
+
     def counts(self) -> LoopCounts:
         """What the scrape loop did since start (zeros before)."""
         return self._loop.counts() if self._loop is not None else LoopCounts(0, 0, 0)
@@ -400,9 +483,13 @@ class CollectorService:
     def shutdown(self) -> None:
         """Stop ticking, wait for the scrapes in flight (their timeout and a little
         more) and for an analysis in progress, then close every source."""
-        loop, self._loop = self._loop, None
         for job in self._jobs:
             job.stop()
+        for job in self._jobs:  # no target change after this
+            if job.name == "file_sd" and not job.join(_SLOW_JOB_WAIT_S):
+                log.warning("file_sd still running at shutdown; not waited for")
+        with self._targets_lock:  # update_targets adds and removes under it
+            loop, self._loop = self._loop, None
         if loop is not None:
             loop.stop(self.settings.timeout_s + _SCRAPE_GRACE_S)  # closes what it ran
         else:

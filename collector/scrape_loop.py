@@ -190,10 +190,12 @@ class ScrapeLoop:
                     timeout = max(heap[0][0] - now, self._quantum_s) if heap else None
                 except Exception:  # a bug here must not end the scraping
                     log.exception("scrape loop: unexpected failure; carrying on")
-                    timeout = self.interval_s
+                    timeout = self._quantum_s
                 cond.wait(timeout)
 
     def _tick(self, entry: _Entry, now: float) -> None:
+        # The next tick first: whatever fails below, the source keeps its ticks.
+        self._push_next(entry, now)
         if entry.busy:
             entry.skipped += 1
             self.skipped_busy += 1
@@ -203,6 +205,8 @@ class ScrapeLoop:
             entry.busy = True
             self.dispatched += 1
             self._queue.put(entry)
+
+    def _push_next(self, entry: _Entry, now: float) -> None:
         interval = self.interval_s
         grid = entry.grid + interval
         if grid <= now or not entry.aligned:
@@ -267,7 +271,7 @@ class PeriodicJob:
         while not self._stop.wait(max(0.0, due - time.monotonic())):
             try:
                 self._job()
-            except Exception:
+            except BaseException:  # as the scrape workers: the job runs again
                 log.exception("%s failed; it runs again next time", self.name)
             now = time.monotonic()
             due += self.every_s

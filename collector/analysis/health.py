@@ -26,8 +26,8 @@ from typing import Protocol
 __all__ = [
     "DEFAULT_INTERVAL_S",
     "HOST_KIND",
-    "MIN_STALE_S",
     "FLEET_SOURCE",
+    "MIN_STALE_S",
     "PRIMARY_SOURCE",
     "STALE_AFTER_INTERVALS",
     "TRITON_KIND",

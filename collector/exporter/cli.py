@@ -123,14 +123,13 @@ def _settings(args: argparse.Namespace, own_db_url: str | None) -> Settings:
 
 def _cmd_exporter(args: argparse.Namespace) -> int:
     # The CLI's shared pieces: the same Ctrl-C/SIGTERM handling and "no target" line.
-    from collector.command_support import NO_TARGET, stop_on_signals
+    from collector.command_support import require_targets, stop_on_signals
 
     host, port = parse_listen(args.listen)
     own_dir = None if args.db_url else Path(tempfile.mkdtemp(prefix="batchscope-exporter-"))
     try:
         settings = _settings(args, f"sqlite:///{own_dir / 'exporter.db'}" if own_dir else None)
-        if not settings.targets and not settings.file_sd:
-            raise ConfigError("targets", NO_TARGET)
+        require_targets(settings)
         return _serve(settings, host, port, stop_on_signals())
     finally:
         if own_dir is not None:

@@ -419,7 +419,7 @@ class ExpositionScanner(Generic[P]):
                     except ValueError:
                         pass
                 series = self._sample(line, pairs)
-            self._end_block(len(pairs))
+            self._end_block()
         except _LineError as exc:
             line = exc.args[1] if len(exc.args) > 1 else b""
             raise ParseError(_where(body, line, str(exc.args[0]))) from None
@@ -437,7 +437,7 @@ class ExpositionScanner(Generic[P]):
         return block
 
     def _switch(self, block: _Block[P] | None, n_pairs: int) -> dict[bytes, P]:
-        self._end_block(n_pairs)
+        self._end_block()
         self._block = block
         self._block_start = n_pairs
         self._block_samples = False
@@ -446,7 +446,7 @@ class ExpositionScanner(Generic[P]):
     def _series_of(self, block: _Block[P] | None) -> dict[bytes, P]:
         return block.series if block is not None and block.wanted else self._none
 
-    def _end_block(self, n_pairs: int) -> None:
+    def _end_block(self) -> None:
         block = self._block
         if block is not None and block.wanted:
             self._register(block.family, block.type)

@@ -42,7 +42,8 @@ Mapping, per ``(job, instance)`` that exports ``nv_inference_count`` (a Triton):
 The series chosen can be narrowed by label matchers in the query string of
 ``prometheus_url``: ``http://prom:9090?job=triton`` selects ``{job="triton"}``,
 ``?namespace=~prod-.*`` a regular expression. Instances that the ``triton`` source
-scrapes directly (configured targets, when it runs too) are left to it, and with
+scrapes directly (configured targets, when it runs too) are left to it (the two
+together take no ``file_sd`` targets: a ``ConfigError`` at start), and with
 ``--shard i/n`` a collector keeps the Tritons whose name hashes to its shard.
 
 A Prometheus that is down, slow, too large an answer, or that answers an error or
@@ -57,6 +58,7 @@ import json
 import logging
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -64,6 +66,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
 
+from collector.analysis.health import FLEET_SOURCE
 from collector.discovery import in_shard
 from collector.errors import CollectError, ConfigError, ParseError, TargetHTTPError
 from collector.records import (
@@ -89,7 +92,7 @@ __all__ = [
 
 log = logging.getLogger("batchscope.collector.prometheus")
 
-NAME = "prometheus"
+NAME = FLEET_SOURCE
 #: The label that marks a scrape-timestamp series in the answer.
 AT_LABEL = "batchscope_at"
 _TRITON_FAMILIES = (
@@ -367,10 +370,10 @@ class PrometheusSource:
         self._http.close()
 
     def _target_names(self, keys: Sequence[_GroupKey]) -> dict[_GroupKey, str]:
-        instances = [instance for _job, instance in keys]
+        jobs_of = Counter(instance for _job, instance in keys)
         return {
             (job, instance): self._names.get(instance, instance)
-            if instances.count(instance) == 1
+            if jobs_of[instance] == 1
             else f"{job}/{instance}"
             for job, instance in keys
         }
@@ -398,8 +401,17 @@ class PrometheusSource:
                 "prometheus_url",
                 "the prometheus source needs the URL of a Prometheus: --prometheus URL",
             )
-        by_instance = {urlsplit(t.metrics_url).netloc: t.name for t in settings.targets}
         direct = "triton" in settings.sources
+        if direct and settings.file_sd:
+            # The file_sd targets come and go while this source runs: it could not
+            # leave them to the triton source, and would store each under a second name.
+            raise ConfigError(
+                "file_sd",
+                "the prometheus source with the triton source cannot take --file-sd "
+                "targets too: list the directly scraped targets with --triton or in the "
+                "config file, or leave the triton source out",
+            )
+        by_instance = {urlsplit(t.metrics_url).netloc: t.name for t in settings.targets}
         return cls(
             settings.prometheus_url,
             timeout_s=settings.timeout_s,

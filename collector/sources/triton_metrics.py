@@ -11,20 +11,21 @@ reference.
 ``map_metrics`` uses, and each series is turned once into a *fold* (which model and
 field, which GPU, which server gauge it adds to), cached with the series; a page is then
 one cache lookup and one ``float()`` per line, folded straight into the accumulators,
-without ``MetricFamily`` objects. It gives the same ``TritonMetrics`` as
+without ``MetricFamily`` objects. ``map_metrics`` applies the same folds to parsed
+families, so there is one mapping; the fast path gives the same ``TritonMetrics`` as
 ``parse_metrics`` (the tests compare both on recorded, scaled and generated pages).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from collector.errors import ParseError
 from collector.records import DeviceSample, ModelMetrics, ServerMetrics
-from collector.sources.exposition import ExpositionSample, MetricFamily, parse_exposition
+from collector.sources.exposition import MetricFamily, parse_exposition
 from collector.sources.fast_exposition import (
     DEFAULT_MAX_SERIES,
     ExpositionScanner,
@@ -108,9 +109,6 @@ class _ModelAccumulator:
     quantiles: dict[str, dict[float, float]] = field(default_factory=dict)
     buckets: dict[str, dict[float, float]] = field(default_factory=dict)
 
-    def add(self, field_name: str, value: float) -> None:
-        self.sums[field_name] = self.sums.get(field_name, 0.0) + value
-
     def maximum(self, field_name: str, value: float) -> None:
         self.sums[field_name] = max(self.sums.get(field_name, value), value)
 
@@ -159,90 +157,13 @@ def map_metrics(families: Mapping[str, MetricFamily]) -> TritonMetrics:
     summary is split over several GPUs, the largest per-GPU quantile is kept: the
     quantile of the merged distribution is never above it, so it is a safe upper bound.
     """
-    models: dict[tuple[str, str], _ModelAccumulator] = {}
-    for family in families.values():
-        fold = _fold_for(family)
-        if fold is None:
-            continue
-        for sample in family.samples:
-            name = sample.labels.get("model")
-            if name is None:
-                continue  # not a per-model series; nothing to attribute it to
-            # Any series of a model makes it known, even one that adds nothing (a NaN,
-            # a summary's _count): the model then shows with zero counters.
-            acc = models.setdefault((name, sample.labels.get("version", "")), _ModelAccumulator())
-            if not math.isnan(sample.value):
-                fold(acc, family.name, sample)
-    return TritonMetrics(
-        models=tuple(
-            _model_metrics(model, version, acc) for (model, version), acc in sorted(models.items())
-        ),
-        gpus=_gpu_samples(families),
-        server=_server_metrics(families),
-    )
-
-
-# How one (non-NaN) sample of a per-model family adds to its model's accumulator.
-_Fold = Callable[[_ModelAccumulator, str, ExpositionSample], None]
-
-
-def _fold_for(family: MetricFamily) -> _Fold | None:
-    """The fold for ``family``'s samples, or None for a family that is not per-model."""
-    name = family.name
-    if name in _MODEL_SUMS:
-        return _add_to_sum
-    if name in _MODEL_OPTIONAL_MAX:
-        return _keep_max
-    if name == _FAILURE_FAMILY:
-        return _add_failure
-    if name.startswith(_SUMMARY_PREFIXES):
-        if family.type == "summary":
-            return _keep_quantile
-        if family.type == "histogram":
-            return _add_bucket
-    return None
-
-
-def _add_to_sum(acc: _ModelAccumulator, family: str, sample: ExpositionSample) -> None:
-    if sample.suffix == "":
-        acc.add(_MODEL_SUMS[family], sample.value)
-
-
-def _keep_max(acc: _ModelAccumulator, family: str, sample: ExpositionSample) -> None:
-    if sample.suffix == "":
-        acc.maximum(_MODEL_OPTIONAL_MAX[family], sample.value)
-
-
-def _add_failure(acc: _ModelAccumulator, family: str, sample: ExpositionSample) -> None:
-    if sample.suffix == "":
-        reason = sample.labels.get("reason", _FAILURE_REASON_MISSING)
-        acc.failures[reason] = acc.failures.get(reason, 0.0) + sample.value
-
-
-def _keep_quantile(acc: _ModelAccumulator, family: str, sample: ExpositionSample) -> None:
-    quantile = sample.labels.get("quantile")
-    if sample.suffix != "" or quantile is None:
-        return
-    q = _number_label(family, "quantile", quantile)
-    per_q = acc.quantiles.setdefault(family, {})
-    per_q[q] = max(per_q.get(q, sample.value), sample.value)
-
-
-def _add_bucket(acc: _ModelAccumulator, family: str, sample: ExpositionSample) -> None:
-    bound = sample.labels.get("le")
-    if sample.suffix != "_bucket" or bound is None:
-        return
-    le = _number_label(family, "le", bound)  # "+Inf" parses as inf
-    # Buckets are cumulative counts, so series of several GPUs add up.
-    per_le = acc.buckets.setdefault(family, {})
-    per_le[le] = per_le.get(le, 0.0) + sample.value
-
-
-def _number_label(family: str, label: str, text: str) -> float:
-    try:
-        return float(text)
-    except ValueError as exc:
-        raise ParseError(f"{family}: {label} label {text!r} is not a number") from exc
+    pairs = [
+        (_fold_of(family.name, family.type, sample.suffix, sample.labels), sample.value)
+        for family in families.values()
+        if wanted_family(family.name)
+        for sample in family.samples
+    ]
+    return _fold_page(pairs)
 
 
 def _model_metrics(model: str, version: str, acc: _ModelAccumulator) -> ModelMetrics:
@@ -259,24 +180,6 @@ def _model_metrics(model: str, version: str, acc: _ModelAccumulator) -> ModelMet
         histogram_buckets={fam: dict(sorted(bs.items())) for fam, bs in acc.buckets.items()},
         **amounts,
     )
-
-
-def _gpu_samples(families: Mapping[str, MetricFamily]) -> tuple[DeviceSample, ...]:
-    # GPUs in the order Triton lists them (nv_gpu_utilization first); a GPU missing
-    # from that family still gets a sample from the others.
-    readings: dict[str, dict[str, float]] = {}
-    for name, target in _GPU_FAMILIES.items():
-        family = families.get(name)
-        if family is None:
-            continue
-        for s in family.samples:
-            uuid = s.labels.get("gpu_uuid")
-            if uuid is None or s.suffix != "":
-                continue
-            per_gpu = readings.setdefault(uuid, {})
-            if not math.isnan(s.value):
-                per_gpu[target] = s.value
-    return tuple(_device_sample(uuid, r) for uuid, r in readings.items())
 
 
 def _device_sample(uuid: str, r: Mapping[str, float]) -> DeviceSample:
@@ -304,25 +207,12 @@ def _byte_count(uuid: str, family: str, value: float | None) -> int | None:
     return int(value)
 
 
-def _server_metrics(families: Mapping[str, MetricFamily]) -> ServerMetrics | None:
-    values: dict[str, float] = {}
-    for name, target in _SERVER_FAMILIES.items():
-        family = families.get(name)
-        if family is None:
-            continue
-        for s in family.samples:
-            # Server-wide gauges have one unlabelled series; take the first value one.
-            if s.suffix == "" and not math.isnan(s.value):
-                values[target] = s.value
-                break
-    return ServerMetrics(**values) if values else None
-
-
 # --------------------------------------------------------------------------- the fast path
-# What map_metrics does family by family, done series by series: each series of a page
-# gets a *fold* once (a tuple: an operation code and its arguments), cached with the
-# series by the scanner; a page is then folded in text order. The order of additions
-# into each figure is the text order in both paths, so the floats come out identical.
+# The one mapping, series by series: each series gets a *fold* (a tuple: an operation
+# code and its arguments) -- once, cached with the series by the scanner, on the fast
+# path; per sample of the parsed families in map_metrics -- and the folds are applied
+# in order. Each figure adds up one family's series in text order in both paths, so the
+# floats come out identical.
 
 _SeriesFold = tuple[Any, ...]
 _SKIP_OP, _TOUCH, _SUM, _MAX, _FAIL, _QUANTILE, _BUCKET, _BAD_NUMBER, _GPU, _SERVER = range(10)
