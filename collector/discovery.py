@@ -23,7 +23,8 @@ relabelling, so one file can serve Prometheus and batchscope alike.
 ``FileSd.load`` reads the files at start and raises a ``ConfigError`` naming the
 file and the entry. ``FileSd.refresh`` looks at them again (a ``stat`` per file when
 nothing changed) and returns the new target list when something did; a file that
-became unreadable or invalid keeps its last good targets and is reported once.
+became unreadable or invalid keeps its last good targets and is reported once, and a
+file deleted gives its targets up (as Prometheus does).
 """
 
 from __future__ import annotations
@@ -236,7 +237,8 @@ class FileSd:
     def refresh(self) -> list[TargetSettings] | None:
         """The targets when a file changed since the last look, else None. A file
         that cannot be read or is invalid keeps its last good targets and is logged
-        once per change; a file a glob no longer matches gives its targets up."""
+        once per change; a file deleted, or that a glob no longer matches, gives its
+        targets up."""
         changed = False
         paths = self._paths()
         for path in set(self._files) - set(paths):
@@ -250,6 +252,15 @@ class FileSd:
             if seen is None:
                 seen = self._files[path] = _Seen(None, [])
             seen.signature = signature
+            if signature is None:  # deleted: as Prometheus, its targets go
+                if seen.targets:
+                    log.warning(
+                        "file_sd: %s is gone; its %d target(s) stop", path, len(seen.targets)
+                    )
+                    seen.targets = []
+                    changed = True
+                seen.error = None
+                continue
             try:
                 targets = _parse(path)
             except ConfigError as exc:

@@ -103,6 +103,7 @@ class CollectorService:
         self._file_sd = FileSd(settings.file_sd) if settings.file_sd else None
         self._targets_lock = threading.Lock()
         self._loop: ScrapeLoop | None = None
+        self._stopped = False  # shut down: no target starts any more
         self._jobs: list[PeriodicJob] = []
         # Run every ``analysis_every_s`` over what the store holds (detectors, ...).
         self.analyses = list(analyses)
@@ -323,6 +324,8 @@ class CollectorService:
         static = {t.name for t in self.settings.targets}
         wanted = {t.name: t for t in found if t.name not in static and in_shard(t.name, shard)}
         with self._targets_lock:
+            if self._stopped:
+                return
             known = dict(self._discovered)
         gone = [n for n, (t, _) in known.items() if wanted.get(n) != t]
         built: dict[str, tuple[TargetSettings, list[Source]]] = {}
@@ -337,6 +340,11 @@ class CollectorService:
             # The loop read once, and sources added under the lock that shutdown
             # takes to end it: none starts on a stopped loop and stays unclosed.
             loop = self._loop
+            if self._stopped:  # shut down meanwhile: what was made is closed unused
+                for _, sources in built.values():
+                    for source in sources:
+                        self._close(source)
+                return
             stopped = [source for name in gone for source in self._discovered.pop(name)[1]]
             started = [source for _, sources in built.values() for source in sources]
             self._discovered.update(built)
@@ -413,6 +421,7 @@ class CollectorService:
 
     def start(self) -> None:
         settings = self.settings
+        self._stopped = False
         self._loop = ScrapeLoop(
             self.run_source,
             interval_s=settings.interval_s,
@@ -488,8 +497,9 @@ class CollectorService:
         for job in self._jobs:  # no target change after this
             if job.name == "file_sd" and not job.join(_SLOW_JOB_WAIT_S):
                 log.warning("file_sd still running at shutdown; not waited for")
-        with self._targets_lock:  # update_targets adds and removes under it
+        with self._targets_lock:  # update_targets adds sources under it
             loop, self._loop = self._loop, None
+            self._stopped = True
         if loop is not None:
             loop.stop(self.settings.timeout_s + _SCRAPE_GRACE_S)  # closes what it ran
         else:

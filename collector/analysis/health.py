@@ -5,10 +5,12 @@ target's own state is this module's rule:
 
 * a Triton target is up when its latest scrape by the ``"triton"`` source succeeded
   -- or, in fleet mode, when Prometheus's latest scrape of it did (the
-  ``"prometheus"`` source reads its ``up`` series); with both, when both did. The
-  other sources on it (host, NVML) do not change it;
+  ``"prometheus"`` source reads its ``up`` series); with both, when both did, as
+  long as both still report (one whose latest scrape is stale next to the other's
+  no longer counts: ``target_up``). The other sources on it (host, NVML) do not
+  change it;
 * any other target (a host) is up when the latest scrape of every source that ever
-  scraped it succeeded.
+  scraped it (and still reports) succeeded.
 
 Everything is judged from *now*: a target, or a series of samples, is fresh while its
 newest successful reading is younger than ``stale_after_s`` of its scrape interval.
@@ -67,13 +69,29 @@ def scrape_decides(kind: str, source: str) -> bool:
     return kind != TRITON_KIND or source in _DECIDING_TRITON
 
 
-def target_up(kind: str, states: Mapping[str, bool]) -> bool | None:
+def target_up(
+    kind: str,
+    states: Mapping[str, bool],
+    scraped_at: Mapping[str, float] | None = None,
+    interval_s: float = DEFAULT_INTERVAL_S,
+) -> bool | None:
     """Whether a target of ``kind`` is up, given whether the latest scrape of each
-    source succeeded; ``None`` while no deciding source has scraped it."""
-    deciding = [up for source, up in states.items() if scrape_decides(kind, source)]
+    source succeeded; ``None`` while no deciding source has scraped it.
+
+    With ``scraped_at`` (when each source's latest scrape was) a deciding source
+    whose latest scrape is stale next to the newest deciding one (older by more than
+    ``stale_after_s(interval_s)``) no longer counts: one of two deciding sources that
+    stopped (the direct scrape of a fleet-mode target given up) does not keep the
+    target down for ever. A source without a time counts."""
+    deciding = {source: up for source, up in states.items() if scrape_decides(kind, source)}
+    if scraped_at:
+        times = {s: scraped_at[s] for s in deciding if s in scraped_at}
+        if times:
+            oldest = max(times.values()) - stale_after_s(interval_s)
+            deciding = {s: up for s, up in deciding.items() if times.get(s, oldest) >= oldest}
     if not deciding:
         return None
-    return all(deciding)
+    return all(deciding.values())
 
 
 def stale_after_s(interval_s: float) -> float:

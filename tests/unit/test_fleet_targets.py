@@ -1,5 +1,6 @@
 """Targets of a fleet: Prometheus file_sd files (read, validated with the file and the
-entry named, re-read on change, a broken file keeping its last good targets), and
+entry named, re-read on change, a broken file keeping its last good targets and a
+deleted one giving them up), and
 shards (``--shard i/n``) that together scrape each target exactly once."""
 
 from __future__ import annotations
@@ -142,9 +143,11 @@ def test_a_changed_file_is_read_again_and_a_broken_one_keeps_its_last_good_targe
     assert len(errors) == 3, errors  # once per change, not once per look
     assert "fleet.json: group 0 targets[0]: target 'd:nope'" in errors[0]
     assert "keeping its last good 2 target(s)" in errors[0]
-    path.unlink()
-    assert sd.refresh() is None  # a named file gone is an error, not an empty fleet
-    assert len(sd.targets()) == 2
+    path.unlink()  # a file deleted gives its targets up, as in Prometheus
+    assert sd.refresh() == []
+    assert sd.refresh() is None
+    _write(path, [{"targets": ["e:8000"]}])
+    assert [t.name for t in sd.refresh() or []] == ["e:8000"]
     _write(path, [])
     assert sd.refresh() == []
 

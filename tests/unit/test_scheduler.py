@@ -362,3 +362,139 @@ def test_each_source_keeps_its_interval_and_the_ticks_spread_over_it(tmp_path: P
     for times in by_source.values():
         buckets[min(int((times[2] - ref) % interval / interval * 10), 9)] += 1
     assert max(buckets) < 200 / 3, buckets
+
+
+# ------------------------------------------------------------------ robustness
+
+
+class _Snapshots:
+    """A Triton-like source returning one snapshot of one model per scrape, on the
+    service's clock; ``gate`` (when set) holds a scrape until it opens."""
+
+    name = "triton"
+
+    def __init__(self, target: str, clock: Any = time.time) -> None:
+        self.target, self._clock = target, clock
+        self.count = 0.0
+        self.gate: threading.Event | None = None
+        self.started = threading.Event()
+        self.closed = False
+
+    def collect(self) -> list[object]:
+        from collector.records import ModelMetrics, TritonSnapshot
+
+        self.started.set()
+        if self.gate is not None:
+            self.gate.wait(5)
+        self.count += 1
+        metrics = ModelMetrics(model="m", version="1", inference_count=self.count)
+        return [TritonSnapshot(self.target, self._clock(), model_metrics=(metrics,))]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _previous_targets(service: CollectorService) -> set[str]:
+    return {key[0] for key in service._previous}
+
+
+def test_counter_samples_of_a_target_no_longer_scraped_are_forgotten(tmp_path: Path) -> None:
+    now = [1000.0]
+    settings = Settings(db_url=f"sqlite:///{tmp_path}/g.db", interval_s=1.0)
+    store = Store(settings.db_url)
+    gone, kept = _Snapshots("gone:8000", lambda: now[0]), _Snapshots("kept:8000", lambda: now[0])
+    service = CollectorService(settings, store, [gone, kept], clock=lambda: now[0])
+    try:
+        for source in (gone, kept):
+            assert service.run_source(source)
+        assert _previous_targets(service) == {"gone:8000", "kept:8000"}
+        now[0] += 4.0  # within the stale horizon (5 s): both kept
+        assert service.run_source(kept)
+        assert _previous_targets(service) == {"gone:8000", "kept:8000"}
+        now[0] += 4.0  # gone:8000 last seen 8 s ago
+        assert service.run_source(kept)
+        assert _previous_targets(service) == {"kept:8000"}
+    finally:
+        store.close()
+
+
+class _FailingStore(Store):
+    """Refuses to write the snapshots of ``bad``; the rest as a store does."""
+
+    bad = "bad:8000"
+
+    def write_triton(self, snapshot: Any, rates: Any) -> None:
+        if snapshot.target == self.bad:
+            raise OSError("disk full")
+        super().write_triton(snapshot, rates)
+
+
+class _Fleet:
+    """A fleet-mode-like source: one scrape gives the snapshots of several targets."""
+
+    name = "prometheus"
+    target = "prometheus"
+
+    def __init__(self, targets: list[str]) -> None:
+        self.sources = [_Snapshots(t) for t in targets]
+
+    def collect(self) -> list[object]:
+        return [r for s in self.sources for r in s.collect()]
+
+    def close(self) -> None:
+        pass
+
+
+def test_one_record_that_cannot_be_written_loses_none_of_the_others(tmp_path: Path) -> None:
+    settings = Settings(db_url=f"sqlite:///{tmp_path}/w.db", interval_s=1.0)
+    store = _FailingStore(settings.db_url)
+    fleet = _Fleet(["a:8000", "bad:8000", "c:8000"])
+    service = CollectorService(settings, store, [fleet])  # type: ignore[list-item]
+    try:
+        assert not service.run_source(fleet)  # the scrape failed, with the first error
+        states = {t.name: t for t in store.targets()}
+        assert states["prometheus"].last_error == "OSError: disk full"
+        for target in ("a:8000", "c:8000"):
+            assert len(store.model_samples(target=target)) == 1, target
+    finally:
+        store.close()
+
+
+def test_a_tick_that_fails_keeps_its_source_ticking() -> None:
+    from collector.scrape_loop import ScrapeLoop
+
+    ready_calls = [0]
+
+    def ready(_source: Any) -> bool:
+        ready_calls[0] += 1
+        if ready_calls[0] == 1:
+            raise RuntimeError("a bug in the backoff check")
+        return True
+
+    ran = threading.Event()
+    loop = ScrapeLoop(lambda _s: ran.set(), interval_s=0.1, workers=1, ready=ready)
+    loop.add(_Slow("once:8000", 0.0))  # type: ignore[arg-type]
+    loop.start()
+    try:
+        assert ran.wait(2.0), "no scrape after the failing tick"
+    finally:
+        loop.stop(1.0)
+
+
+def test_a_periodic_job_survives_any_exception() -> None:
+    from collector.scrape_loop import PeriodicJob
+
+    runs = [0]
+
+    def job() -> None:
+        runs[0] += 1
+        if runs[0] == 1:
+            raise SystemExit("not this one")
+
+    periodic = PeriodicJob("job", 0.02, job)
+    periodic.start()
+    try:
+        wait_until(lambda: runs[0] >= 3, 5, "runs after the failing one")
+    finally:
+        periodic.stop()
+        assert periodic.join(2.0)
