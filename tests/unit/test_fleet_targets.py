@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from collector.config import Settings, TargetSettings
 from collector.discovery import FileSd, in_shard, shard_index, targets_from_groups
 from collector.errors import ConfigError
+from collector.records import ModelMetrics, TritonSnapshot
 from collector.scheduler import CollectorService
 from collector.store import Store
 from tests.support import wait_until
@@ -364,4 +366,111 @@ def test_collect_scrapes_the_servers_a_file_sd_file_lists(tmp_path: Path) -> Non
         assert state.metrics_url == f"http://127.0.0.1:{port}/metrics"
         assert len(store.model_samples(target=state.name, model="resnet50")) >= 2
     finally:
+        store.close()
+
+
+def _service(tmp_path: Path, factory: Any) -> tuple[CollectorService, Store]:
+    settings = Settings(
+        db_url=f"sqlite:///{tmp_path}/u.db", interval_s=0.05, timeout_s=0.5, jitter_s=0
+    )
+    store = Store(settings.db_url)
+    return CollectorService(settings, store, [], source_factory=factory), store
+
+
+def _targets(*names: str) -> list[TargetSettings]:
+    return [TargetSettings(url=f"http://{n}", metrics_url=f"http://{n}/m", name=n) for n in names]
+
+
+def test_a_target_whose_sources_cannot_be_made_is_left_out_and_the_rest_change(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: Counter[tuple[str, str]] = Counter()
+
+    def factory(target: TargetSettings) -> list[Any]:
+        if target.name == "bad:8000":
+            raise ValueError("no such source")
+        return [_Fake(target, "one", seen)]
+
+    service, store = _service(tmp_path, factory)
+    try:
+        service.update_targets(_targets("a:8000"))
+        service.update_targets(_targets("bad:8000", "c:8000"))
+        assert {t.name for t in service.targets} == {"c:8000"}
+        assert [s.target for s in service.sources] == ["c:8000"]
+        assert "cannot scrape target bad:8000" in caplog.text
+    finally:
+        service.shutdown()
+        store.close()
+
+
+def test_no_target_starts_after_shutdown(tmp_path: Path) -> None:
+    made: list[_Fake] = []
+
+    def factory(target: TargetSettings) -> list[Any]:
+        made.append(_Fake(target, "one", Counter()))
+        return [made[-1]]
+
+    service, store = _service(tmp_path, factory)
+    try:
+        service.start()
+        service.update_targets(_targets("a:8000"))
+        service.shutdown()
+        service.update_targets(_targets("a:8000", "late:8000"))  # a refresh come late
+        assert [s.target for s in made] == ["a:8000"]
+        assert all(s.closed for s in made)
+    finally:
+        store.close()
+
+
+class _Sampled:
+    """A Triton-like source returning a snapshot of one model per scrape; ``gate``
+    (when set) holds a scrape until it opens."""
+
+    name = "triton"
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.count = 0.0
+        self.gate: threading.Event | None = None
+        self.started = threading.Event()
+        self.closed = False
+
+    def collect(self) -> list[object]:
+        self.started.set()
+        if self.gate is not None:
+            self.gate.wait(5)
+        self.count += 1
+        metrics = ModelMetrics(model="m", version="1", inference_count=self.count)
+        return [TritonSnapshot(self.target, time.time(), model_metrics=(metrics,))]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_dropped_target_forgets_its_state_once_its_scrape_in_flight_ends(
+    tmp_path: Path,
+) -> None:
+    made: dict[str, _Sampled] = {}
+
+    def factory(target: TargetSettings) -> list[Any]:
+        made[target.name] = _Sampled(target.name)
+        return [made[target.name]]
+
+    service, store = _service(tmp_path, factory)
+    try:
+        service.start()
+        service.update_targets(_targets("a:8000"))
+        wait_until(lambda: made["a:8000"].count >= 2, 5, "a scraped")
+        a = made["a:8000"]
+        a.started.clear()
+        a.gate = threading.Event()
+        wait_until(a.started.is_set, 5, "a scrape of a in flight")
+        service.update_targets([])  # a dropped while its scrape runs
+        assert not a.closed
+        a.gate.set()  # the scrape ends and writes its sample
+        wait_until(lambda: a.closed, 5, "a closed once its scrape ended")
+        assert not any(key[0] == "a:8000" for key in service._previous)
+        assert not any(key[1] == "a:8000" for key in service._health)
+    finally:
+        service.shutdown()
         store.close()
