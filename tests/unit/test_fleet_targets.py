@@ -474,3 +474,24 @@ def test_a_dropped_target_forgets_its_state_once_its_scrape_in_flight_ends(
     finally:
         service.shutdown()
         store.close()
+
+
+def test_a_command_that_does_not_scrape_the_file_sd_files_does_not_read_them(
+    tmp_path: Path,
+) -> None:
+    import argparse
+
+    from collector.command_support import collecting_settings
+
+    args = argparse.Namespace(
+        config=None,
+        triton="http://127.0.0.1:8000",
+        metrics_url=None,
+        db_url=f"sqlite:///{tmp_path}/r.db",
+        file_sd=[str(tmp_path / "missing.json")],
+        shard=None,
+    )
+    with pytest.raises(ConfigError, match="missing.json"):
+        collecting_settings(args, interval_s=1.0, sources=["triton"])
+    settings = collecting_settings(args, interval_s=1.0, sources=["triton"], check_file_sd=False)
+    assert settings.file_sd == (str(tmp_path / "missing.json"),)

@@ -277,6 +277,18 @@ def test_configured_targets_lend_their_names_or_are_left_to_the_triton_source(
     assert both.collect() == []  # scraped directly: not read twice
 
 
+def test_with_the_triton_source_file_sd_targets_are_refused_not_read_twice(
+    tmp_path: Path,
+) -> None:
+    listed = tmp_path / "fleet.json"
+    listed.write_text('[{"targets": ["10.0.0.5:8000"]}]')
+    common = {"prometheus_url": "http://p:9090", "file_sd": (str(listed),)}
+    fleet_only = PrometheusSource.from_settings(Settings(**common, sources=("prometheus",)))
+    assert fleet_only.name == "prometheus"
+    with pytest.raises(ConfigError, match="file_sd.*--file-sd"):
+        PrometheusSource.from_settings(Settings(**common, sources=("triton", "prometheus")))
+
+
 def test_shards_share_the_fleet_without_double_work(prom: _Server) -> None:
     prom.body = fixture("fleet_1.json")
     taken = [set(_split(_source(prom.url, shard=(i, 2)).collect())[0]) for i in range(2)]
