@@ -16,7 +16,11 @@ for a little over the rules' one-minute window.  Then:
   ``/api/v1/query_range`` over the loaded window without an error or warning and
   returns data, except where it needs a GPU (evaluated, may be empty);
 * the live exporter's ``/metrics``, findings and a recommendation in it, passes
-  ``promtool check metrics``.
+  ``promtool check metrics``;
+* fleet mode: a collector reading this Prometheus's HTTP API (the ``prometheus``
+  source) at the same 1 s gives, over the same 60 s, the same average batch size and
+  queue share as ``batchscope collect`` scraping Triton directly (within 5 %), and
+  Prometheus's ``up`` makes the Triton up in the fleet store.
 """
 
 from __future__ import annotations
@@ -38,8 +42,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.analysis.health import HealthState
 from collector.analysis.status import build_status
+from collector.config import Settings
 from collector.records import ModelRates
+from collector.scheduler import CollectorService
+from collector.sources.prometheus import PrometheusSource
 from collector.store import Store
 from collector.testbed.load import LoadResult, run_load
 from collector.testbed.models import BATCHED_AND_UNBATCHED, ModelSpec
@@ -184,7 +192,30 @@ def prometheus(
 
 
 @pytest.fixture(scope="module")
-def loaded(server: TritonServer, collector_db: str, prometheus: PrometheusServer) -> LoadedWindow:
+def fleet_db(
+    prometheus: PrometheusServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A collector in fleet mode, reading Prometheus's HTTP API every SCRAPE_S into its
+    own SQLite store; yields the store's URL once it holds a first sample."""
+    db_url = f"sqlite:///{tmp_path_factory.mktemp('fleet') / 'fleet.db'}"
+    settings = Settings(db_url=db_url, interval_s=SCRAPE_S, jitter_s=0.0)
+    store = Store(db_url)
+    store.open()
+    source = PrometheusSource(prometheus.url, interval_s=SCRAPE_S, timeout_s=2.0)
+    service = CollectorService(settings, store, [source])
+    service.start()
+    try:
+        wait_until(lambda: store.latest_collected_at() is not None, 30, "a fleet-mode sample")
+        yield db_url
+    finally:
+        service.shutdown()
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def loaded(
+    server: TritonServer, collector_db: str, fleet_db: str, prometheus: PrometheusServer
+) -> LoadedWindow:
     """Every model under its steady load at once, for LOAD_S seconds."""
     start = time.time()
     with ThreadPoolExecutor(len(LOADS)) as pool:
@@ -262,6 +293,43 @@ def test_recording_rules_match_batchscopes_figures_for_the_same_window(
     assert pairs[0][0] > 2, f"the batcher formed no batches, nothing to compare\n{report}"
     for rule, batchscope in pairs:
         assert rule == pytest.approx(batchscope, rel=TOLERANCE), report
+
+
+def test_fleet_mode_gives_the_figures_of_direct_scraping(
+    server: TritonServer, collector_db: str, fleet_db: str, loaded: LoadedWindow
+) -> None:
+    # The window ends an interval before the load does: Prometheus's newest sample lags
+    # its scrape by up to an interval.
+    at = loaded.end - SCRAPE_S
+    ours = _batchscope_rates(collector_db, BATCHED, at)
+    theirs = _batchscope_rates(fleet_db, BATCHED, at)
+    compared = {
+        "average batch size": (ours.avg_batch_size, theirs.avg_batch_size),
+        "queue share": (ours.queue_share, theirs.queue_share),
+        "requests/s": (ours.requests_per_s, theirs.requests_per_s),
+    }
+    lines = [f"fleet mode, t={at:.0f}, window {RULE_WINDOW_S:g} s"]
+    for name, (direct, fleet) in compared.items():
+        assert direct is not None and fleet is not None, f"{name}: direct {direct}, fleet {fleet}"
+        lines.append(
+            f"{name}: direct {direct:.5g}, fleet {fleet:.5g}, "
+            f"difference {abs(direct - fleet) / direct:.2%}"
+        )
+    report = "\n".join(lines)
+    print("\n" + report)
+    store = Store(fleet_db)
+    try:
+        healths = {t.name: t.health for t in build_status(store, now=at).targets}
+    finally:
+        store.close()
+    fleet_target = host_port(server.metrics_url)
+    # Prometheus's up says the Triton is up; the Prometheus itself is a target too.
+    assert healths[fleet_target].state is HealthState.UP, healths
+    assert healths["prometheus"].state is HealthState.UP, healths
+    assert ours.avg_batch_size is not None and ours.avg_batch_size > 2, report
+    for name in ("average batch size", "queue share"):
+        direct, fleet = compared[name]
+        assert fleet == pytest.approx(direct, rel=TOLERANCE), report
 
 
 def test_the_exporters_metrics_pass_promtool_check_metrics(
