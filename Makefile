@@ -81,12 +81,12 @@ lint: install
 	$(VENV)/bin/mypy
 
 bench: install
-	$(PY) bench/run.py
+	$(PY) -m bench.run
 
 # The collector against Prometheus on a simulated fleet: CPU per target-scrape, scaling
 # with targets and models, store size (about a quarter of an hour).
 bench-collector: install system-deps
-	$(PY) bench/collector.py
+	$(PY) -m bench.collector
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

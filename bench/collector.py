@@ -17,10 +17,13 @@ batchscope / Prometheus, the targets one core keeps at a 5 s interval
 simulator's own CPU. On PostgreSQL the server's CPU for batchscope's connections is
 shown apart (it is not batchscope's process). The ``store`` points add bytes per
 target per day and the bounded size under the default retention (``bench/store_size.py``),
-and ``parser`` the fast parser's speed-up (``bench/parser_speed.py``).
+and ``parser`` the fast parser's speed-up (``bench/parser_speed.py``). Every point
+measures the scrape cycle alone (fetch, parse, rates, store write: the analyses are put
+off), but ``analyses``: the headline fleet with the detectors and alert rules running
+every 15 s as ``collect`` runs them by default.
 
-Usage: ``make bench-collector`` or ``python bench/collector.py [--seconds 60]
-[--points headline,postgres,targets,models,store,parser] [--quick] [--json FILE]``.
+Usage: ``make bench-collector`` or ``python -m bench.collector [--seconds 60]
+[--points headline,analyses,postgres,targets,models,store,parser] [--quick] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from bench.fleet_run import (  # noqa: E402
 from bench.store_size import StoreSize, human, store_size  # noqa: E402
 from collector.testbed.fleet import Fleet  # noqa: E402
 
-GROUPS = ("headline", "postgres", "targets", "models", "store", "parser")
+GROUPS = ("headline", "analyses", "postgres", "targets", "models", "store", "parser")
 PER_CORE_INTERVAL_S = 5.0
 
 
@@ -74,6 +77,9 @@ class Point:
     backend: str = "sqlite"
     prometheus: bool = True
     store: bool = False
+    # The detectors and alert rules too (every analysis_every_s); the other points
+    # measure the scrape cycle alone: fetch, parse, rates, store write.
+    analyses: bool = False
 
     @property
     def fleet(self) -> str:
@@ -86,6 +92,8 @@ def plan(groups: Sequence[str], quick: bool) -> list[Point]:
     out: list[Point] = []
     if "headline" in groups:
         out.append(Point("headline", n, m, 1.0))
+    if "analyses" in groups:
+        out.append(Point("analyses", n, m, 1.0, analyses=True))
     if "postgres" in groups:
         out.append(Point("postgres", n, m, 1.0, backend="postgresql"))
     if "targets" in groups:
@@ -179,7 +187,12 @@ def measure(point: Point, seconds: float, pg_url: str, source_root: Path | None 
             sqlite_store(workdir) if point.backend == "sqlite" else pg_store(pg_url)
         )
         collector = CollectorProcess(
-            workdir, fleet.urls, store.url, point.interval_s, source_root=source_root
+            workdir,
+            fleet.urls,
+            store.url,
+            point.interval_s,
+            source_root=source_root,
+            analyses=point.analyses,
         )
         stack.callback(collector.stop)
         collector.start()

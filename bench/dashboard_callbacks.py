@@ -12,7 +12,7 @@ callback against the 1 s target.
 Filling takes minutes (about 121 000 scrapes of 20 models); ``--keep FILE`` keeps the
 store so ``--reuse FILE`` can time again without filling.
 
-Usage: ``python bench/dashboard_callbacks.py [--days 7] [--step 5] [--models 20]
+Usage: ``python -m bench.dashboard_callbacks [--days 7] [--step 5] [--models 20]
 [--repeat 20] [--keep FILE | --reuse FILE]``. (Not ``bench/dashboard.py``: a script of
 that name would shadow the ``dashboard`` package it times.)
 """

@@ -18,7 +18,7 @@
    idle stretch is measured first and subtracted; both are printed.
 
 Target: a scrape of the exporter with 50 models under 50 ms.
-Usage: ``python bench/exporter.py [--models 50] [--scrapes 50]``.
+Usage: ``python -m bench.exporter [--models 50] [--scrapes 50]``.
 """
 
 from __future__ import annotations

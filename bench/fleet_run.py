@@ -150,12 +150,14 @@ class CollectorProcess(_Process):
         db_url: str,
         interval_s: float,
         source_root: Path | None = None,
+        analyses: bool = True,
     ):
         super().__init__(workdir)
         self.targets = list(targets)
         self.db_url = db_url
         self.interval_s = interval_s
         self.source_root = source_root
+        self.analyses = analyses
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -166,6 +168,9 @@ class CollectorProcess(_Process):
             "db_url": self.db_url,
             "interval_s": self.interval_s,
             "sources": ["triton"],
+            # Without analyses they would first run after a day: the window then holds
+            # the scrape cycle alone.
+            **({} if self.analyses else {"analysis_every_s": 86400.0}),
         }
 
     def start(self) -> CollectorProcess:

@@ -11,7 +11,7 @@ predicts every grid config at that load, then compares with what the sweep measu
   objective) measured against the sweep-best: the grid-restricted ratio.
 
 No server is needed, so a model change can be checked against one recorded bench in
-seconds.  Usage: ``python bench/model_accuracy.py --json FILE --stores DIR [--detail]``.
+seconds.  Usage: ``python -m bench.model_accuracy --json FILE --stores DIR [--detail]``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ counters all moved since the page before, so every line's value is new while its
 is known. Every page is first checked to give the same ``TritonMetrics`` both ways.
 Each figure is the best of a few rounds.
 
-Usage: ``python bench/parser_speed.py [--models 20 100]``; from other code
+Usage: ``python -m bench.parser_speed [--models 20 100]``; from other code
 ``from bench.parser_speed import parser_speed`` (run from the repository root).
 """
 

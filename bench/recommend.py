@@ -42,7 +42,7 @@ Cases (each starts from the baseline config):
     delay (5000 us) does not meet it.  Its model is (a)'s, so when (a) runs in the same
     invocation its sweep measurements are reused and only the objective differs.
 
-Usage: ``python bench/recommend.py [--quick] [--cases a,b,c] [--concurrency 8,16,32]
+Usage: ``python -m bench.recommend [--quick] [--cases a,b,c] [--concurrency 8,16,32]
 [--seconds S] [--sweep-seconds S] [--confirm N] [--sweep-only] [--json FILE]``.
 
 ``--quick`` (concurrency 16; delay 0/2000 x preferred none/[8,16] x 1 instance; 3 s

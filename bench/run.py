@@ -8,7 +8,7 @@
 3. store write cost: one scrape's ``write_triton`` on PostgreSQL over SQLite (when the
    PostgreSQL named by BATCHSCOPE_TEST_PG_URL answers).
 
-Usage: ``make bench`` (or ``python bench/run.py [--rounds N] [--seconds S]``).
+Usage: ``make bench`` (or ``python -m bench.run [--rounds N] [--seconds S]``).
 """
 
 from __future__ import annotations
