@@ -56,7 +56,7 @@ __all__ = [
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 # What batchscope stores per scrape; sizes are summed over these.
 STORE_TABLES = (
-    "targets", "target_transitions", "models", "model_samples", "batch_stats",
+    "targets", "target_transitions", "models", "model_samples",
     "model_configs", "server_samples", "device_samples", "process_samples",
     "model_rollups", "device_rollups", "rollup_marks", "findings", "detector_streaks",
     "recommendations", "host_facts", "alert_states", "alert_notifications",

@@ -31,7 +31,6 @@ from collector.store.schema import (
     DEVICE_MEAN_READINGS,
     DEVICE_PEAK_READINGS,
     RATE_COLUMNS,
-    BatchStatRow,
     DeviceRollupRow,
     DeviceSampleRow,
     ModelRollupRow,
@@ -138,12 +137,12 @@ class RollupsMixin(Database):
     ) -> RetentionReport:
         """Delete what is too old, in one transaction.
 
-        Raw model and device samples (and the batch stats of deleted model samples)
-        go when older than ``raw_keep_s`` *and* already rolled up at some bucket size;
-        without any rollup they are kept. Server and process samples, which are not
-        rolled up, go when older than ``raw_keep_s``. Rollups go once their bucket
-        ended more than ``rollup_keep_s`` ago. Configs, transitions, findings,
-        recommendations and host facts are kept.
+        Raw model and device samples (with the model samples' batch stats, which the
+        report counts by entry) go when older than ``raw_keep_s`` *and* already rolled
+        up at some bucket size; without any rollup they are kept. Server and process
+        samples, which are not rolled up, go when older than ``raw_keep_s``. Rollups go
+        once their bucket ended more than ``rollup_keep_s`` ago. Configs, transitions,
+        findings, recommendations and host facts are kept.
         """
         raw_cut = now - raw_keep_s
         rollup_cut = now - rollup_keep_s
@@ -151,9 +150,15 @@ class RollupsMixin(Database):
         with self._write() as session:
             model_cut = _min_or_none(raw_cut, self._rolled_until(session, "model"))
             if model_cut is not None:
-                old = select(ModelSampleRow.id).where(ModelSampleRow.collected_at < model_cut)
-                counts["batch_stats"] = _delete(
-                    session, delete(BatchStatRow).where(BatchStatRow.model_sample_id.in_(old))
+                # The batch stats are entries of the samples' rows; counted as before.
+                entries = func.json_array_length(ModelSampleRow.batch_stats)
+                counts["batch_stats"] = int(
+                    session.scalar(
+                        select(func.coalesce(func.sum(entries), 0)).where(
+                            ModelSampleRow.collected_at < model_cut
+                        )
+                    )
+                    or 0
                 )
                 counts["model_samples"] = _delete(
                     session, delete(ModelSampleRow).where(ModelSampleRow.collected_at < model_cut)

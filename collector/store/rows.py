@@ -177,7 +177,7 @@ class RetentionReport:
     """Rows deleted by one ``Store.apply_retention`` call, per table."""
 
     model_samples: int = 0
-    batch_stats: int = 0
+    batch_stats: int = 0  # entries of the deleted model samples (kept in their rows)
     server_samples: int = 0
     device_samples: int = 0
     process_samples: int = 0

@@ -3,17 +3,19 @@ stats, configs, devices)."""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
 from collector import records
 from collector.store.mapping import RowValues, rates_from, rates_values, record_from
 from collector.store.rows import StoredModelConfig
-from collector.store.schema import DEVICE_COLUMNS
+from collector.store.schema import BATCH_STAT_LAYOUT, DEVICE_COLUMNS
 
 __all__ = [
-    "batch_stat_from",
-    "batch_stat_values",
+    "batch_stats_from",
+    "batch_stats_values",
     "config_values",
     "device_values",
     "model_sample_from",
@@ -63,11 +65,12 @@ def model_sample_values(
         duration: records.Duration | None = getattr(stats, name) if stats else None
         values[f"stats_{name}_count"] = duration.count if duration else None
         values[f"stats_{name}_ns"] = duration.ns if duration else None
+    values["batch_stats"] = batch_stats_values(stats.batch_stats) if stats else None
     values.update(rates_values(rates))
     return values
 
 
-def model_sample_from(row: RowValues, batches: list[records.BatchStat]) -> records.ModelSample:
+def model_sample_from(row: RowValues) -> records.ModelSample:
     """A sample from a ``model_samples`` row labelled with its model, version and target
     (see ``Store.model_samples``)."""
     model, version = row["model_name"], row["model_version"]
@@ -98,7 +101,7 @@ def model_sample_from(row: RowValues, batches: list[records.BatchStat]) -> recor
                 )
                 for name in _STAT_DURATIONS
             },
-            batch_stats=tuple(batches),
+            batch_stats=batch_stats_from(row["batch_stats"] or ()),
         )
     return records.ModelSample(
         target=row["target_name"],
@@ -109,25 +112,33 @@ def model_sample_from(row: RowValues, batches: list[records.BatchStat]) -> recor
     )
 
 
-def batch_stat_values(model_sample_id: int, b: records.BatchStat) -> dict[str, Any]:
-    return {
-        "model_sample_id": model_sample_id,
-        "batch_size": b.batch_size,
-        "exec_count": b.compute_infer.count,
-        "compute_input_count": b.compute_input.count,
-        "compute_input_ns": b.compute_input.ns,
-        "compute_infer_ns": b.compute_infer.ns,
-        "compute_output_count": b.compute_output.count,
-        "compute_output_ns": b.compute_output.ns,
-    }
+# One entry of ``model_samples.batch_stats`` from a ``BatchStat``, and the positions
+# of its parts, both from ``BATCH_STAT_LAYOUT``.
+_batch_stat_entry = operator.attrgetter(*BATCH_STAT_LAYOUT)
+_AT = {path: i for i, path in enumerate(BATCH_STAT_LAYOUT)}
+_SIZE = _AT["batch_size"]
+_DURATION_AT = tuple(
+    (_AT[f"{name}.count"], _AT[f"{name}.ns"])
+    for name in ("compute_input", "compute_infer", "compute_output")
+)
 
 
-def batch_stat_from(row: RowValues) -> records.BatchStat:
-    return records.BatchStat(
-        row["batch_size"],
-        records.Duration(row["compute_input_count"], row["compute_input_ns"]),
-        records.Duration(row["exec_count"], row["compute_infer_ns"]),
-        records.Duration(row["compute_output_count"], row["compute_output_ns"]),
+def batch_stats_values(batches: Sequence[records.BatchStat]) -> list[list[int]]:
+    """The ``model_samples.batch_stats`` document of a sample's batch stats."""
+    return [list(_batch_stat_entry(b)) for b in batches]
+
+
+def batch_stats_from(doc: Sequence[Sequence[int]]) -> tuple[records.BatchStat, ...]:
+    """The batch stats of a ``model_samples.batch_stats`` document, in stored order."""
+    (in_n, in_ns), (infer_n, infer_ns), (out_n, out_ns) = _DURATION_AT
+    return tuple(
+        records.BatchStat(
+            e[_SIZE],
+            records.Duration(e[in_n], e[in_ns]),
+            records.Duration(e[infer_n], e[infer_ns]),
+            records.Duration(e[out_n], e[out_ns]),
+        )
+        for e in doc
     )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVarTuple, cast
 
@@ -17,7 +16,6 @@ from sqlalchemy.sql.expression import FunctionElement
 
 from collector.analysis.health import HOST_KIND, TRITON_KIND
 from collector.records import (
-    BatchStat,
     DeviceSample,
     ModelConfig,
     ModelRates,
@@ -35,8 +33,6 @@ from collector.store.rows import (
     StoredServer,
 )
 from collector.store.sample_rows import (
-    batch_stat_from,
-    batch_stat_values,
     config_values,
     device_values,
     model_sample_from,
@@ -45,7 +41,6 @@ from collector.store.sample_rows import (
 )
 from collector.store.schema import (
     DEVICE_COLUMNS,
-    BatchStatRow,
     DeviceSampleRow,
     ModelConfigRow,
     ModelRow,
@@ -66,10 +61,7 @@ _TARGETS = cast(Table, TargetRow.__table__)
 # Core statements on the tables, built once: the ORM's bulk insert costs several times
 # as much CPU per row, and a statement built per call costs its cache key each time.
 _MODEL_SAMPLES = cast(Table, ModelSampleRow.__table__)
-_INSERT_MODEL_SAMPLE = insert(_MODEL_SAMPLES).returning(
-    _MODEL_SAMPLES.c.id, sort_by_parameter_order=True
-)
-_INSERT_BATCH_STAT = insert(cast(Table, BatchStatRow.__table__))
+_INSERT_MODEL_SAMPLE = insert(_MODEL_SAMPLES)
 _INSERT_CONFIG = insert(cast(Table, ModelConfigRow.__table__))
 _INSERT_SERVER = insert(cast(Table, ServerSampleRow.__table__))
 _INSERT_DEVICE = insert(cast(Table, DeviceSampleRow.__table__))
@@ -87,7 +79,7 @@ class SamplesMixin(TargetsMixin):
 
         One ``model_samples`` row per ``ModelMetrics``, joined with the ``ModelStats``
         of the same (model, version) when there is one, and with ``rates[(model,
-        version)]`` when given; its ``batch_stats`` as rows of their own. A statistics
+        version)]`` when given; its ``batch_stats`` in the sample's row. A statistics
         entry without metrics is not stored (a sample is keyed by its metrics). A
         ``ModelConfig`` is stored only when its ``raw_json`` differs from the latest
         stored for that (target, model). Also the server metrics, Triton's GPU
@@ -182,25 +174,8 @@ class SamplesMixin(TargetsMixin):
                 ModelSampleRow.id,
             )
         )
-        # Batch stats come by the same filter, not by an IN list of sample ids, so a
-        # long window does not hit the backend's bound-parameter limit.
-        batch_stmt = (
-            join_models(
-                select(*columns(BatchStatRow)).join(
-                    ModelSampleRow, ModelSampleRow.id == BatchStatRow.model_sample_id
-                )
-            )
-            .where(*where)
-            .order_by(BatchStatRow.id)
-        )
         with self._read() as session:
-            batches: dict[int, list[BatchStat]] = defaultdict(list)
-            for b in session.execute(batch_stmt).mappings():
-                batches[b["model_sample_id"]].append(batch_stat_from(b))
-            return [
-                model_sample_from(row, batches.get(row["id"], []))
-                for row in session.execute(samples_stmt).mappings()
-            ]
+            return [model_sample_from(row) for row in session.execute(samples_stmt).mappings()]
 
     def model_configs(
         self, *, target: str | None = None, model: str | None = None
@@ -374,21 +349,13 @@ class SamplesMixin(TargetsMixin):
         model_ids = self._model_ids_of(session, target_id, keys, known)
         stats = {(s.model, s.version): s for s in snapshot.model_stats}
         at = snapshot.collected_at
-        sample_ids = session.scalars(
+        session.execute(
             _INSERT_MODEL_SAMPLE,
             [
                 model_sample_values(model_ids[key], at, m, stats.get(key), rates.get(key))
                 for key, m in zip(keys, snapshot.model_metrics, strict=True)
             ],
-        ).all()
-        batch_rows = [
-            batch_stat_values(sample_id, b)
-            for sample_id, key in zip(sample_ids, keys, strict=True)
-            if key in stats
-            for b in stats[key].batch_stats
-        ]
-        if batch_rows:
-            session.execute(_INSERT_BATCH_STAT, batch_rows)
+        )
 
     def _target_id(
         self, session: Session, name: str, kind: str, known: list[Callable[[], None]]

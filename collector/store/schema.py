@@ -55,8 +55,8 @@ __all__ = [
     "PEAK_COLUMNS",
     "RATE_COLUMNS",
     "RECOMMENDATION_JSON_FIELDS",
+    "BATCH_STAT_LAYOUT",
     "Base",
-    "BatchStatRow",
     "DetectorStreakRow",
     "HostFactsRow",
     "DeviceRollupRow",
@@ -176,6 +176,18 @@ DEVICE_MEAN_READINGS = (
 )
 #: ...and those it also keeps the maximum of.
 DEVICE_PEAK_READINGS = ("utilization_gpu_pct", "sm_active_pct", "memory_used_bytes", "power_w")
+#: One ``model_samples.batch_stats`` entry: the ``BatchStat`` attributes (dotted
+#: paths) at each position. Every ``Duration`` is a count and its nanoseconds; the
+#: execution count of a batch size is ``compute_infer.count``.
+BATCH_STAT_LAYOUT = (
+    "batch_size",
+    "compute_input.count",
+    "compute_input.ns",
+    "compute_infer.count",
+    "compute_infer.ns",
+    "compute_output.count",
+    "compute_output.ns",
+)
 #: ``Recommendation`` fields stored as JSON documents (the rest are scalar columns).
 RECOMMENDATION_JSON_FIELDS = (
     "changes",
@@ -306,32 +318,16 @@ class ModelSampleRow(Base):
     stats_cache_hit_ns: Mapped[int | None]
     stats_cache_miss_count: Mapped[int | None]
     stats_cache_miss_ns: Mapped[int | None]
+    # The statistics API's ``batch_stats`` entries, cumulative as read: a compact JSON
+    # array with one array per batch size, in ``BATCH_STAT_LAYOUT`` order, in the order
+    # of the record (the parser's: by batch size). NULL when the sample had no
+    # statistics entry, ``[]`` when the entry had no batch stats.
+    batch_stats: Mapped[list[Any] | None] = mapped_column(JSONDoc)
 
     # ModelRates: see ``_rate_columns`` (added below the class).
 
 
 _add_columns(ModelSampleRow, _rate_columns())
-
-
-class BatchStatRow(Base):
-    """One statistics-API ``batch_stats`` entry of one model sample, cumulative as read.
-    ``exec_count`` is ``compute_infer.count``; the input/output counts are kept too so
-    the entry reads back exactly."""
-
-    __tablename__ = "batch_stats"
-    __table_args__ = (Index(None, "model_sample_id"),)
-
-    id: Mapped[int] = mapped_column(ID, primary_key=True)
-    model_sample_id: Mapped[int] = mapped_column(
-        ID, ForeignKey("model_samples.id", ondelete="CASCADE")
-    )
-    batch_size: Mapped[int] = mapped_column(Integer)
-    exec_count: Mapped[int]
-    compute_input_count: Mapped[int]
-    compute_input_ns: Mapped[int]
-    compute_infer_ns: Mapped[int]
-    compute_output_count: Mapped[int]
-    compute_output_ns: Mapped[int]
 
 
 class ModelConfigRow(Base):

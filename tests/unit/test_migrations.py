@@ -435,3 +435,88 @@ def test_the_first_revision_is_the_schema_before_migrations(tmp_path: Path) -> N
     assert diffs == []
     fixture.dispose()
     revision.dispose()
+
+
+# --------------------------------------------------------------------------- 0008
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_0007(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database at revision 0007 (batch stats in a table of their own) holding a
+    sample without statistics, one with statistics but no batch stats, and two with
+    batch stats in an order that is not by id or by batch size."""
+    on_sqlite = request.param == "sqlite"
+    db_url = f"sqlite:///{tmp_path / 'r7.db'}" if on_sqlite else request.getfixturevalue("pg_url")
+    engine = create_engine(db_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0007")
+        _insert(conn, "targets", id=1, name="triton-a", kind="triton", consecutive_failures=0)
+        _insert(conn, "models", id=1, target_id=1, name="resnet", version="1")
+        without_stats = {k: None for k in STATS}
+        _insert(
+            conn, "model_samples", id=1, model_id=1, collected_at=T0, **METRICS, **without_stats
+        )
+        for sample_id in (2, 3, 4):
+            at = T0 + sample_id
+            _insert(
+                conn, "model_samples", id=sample_id, model_id=1, collected_at=at, **METRICS, **STATS
+            )
+        # Sample 3's rows are written after sample 4's, and its sizes out of order.
+        for row_id, sample_id, size in ((1, 4, 2), (2, 3, 16), (3, 3, 1), (4, 3, 4)):
+            _insert(
+                conn,
+                "batch_stats",
+                id=row_id,
+                model_sample_id=sample_id,
+                batch_size=size,
+                exec_count=10 * size,
+                compute_input_count=10 * size + 1,
+                compute_input_ns=1_000 * size + 2,
+                compute_infer_ns=90_000_000_000 * size + 3,
+                compute_output_count=10 * size + 4,
+                compute_output_ns=1_000 * size + 5,
+            )
+    engine.dispose()
+    yield db_url
+
+
+def _batch(size: int) -> BatchStat:
+    return BatchStat(
+        size,
+        Duration(10 * size + 1, 1_000 * size + 2),
+        Duration(10 * size, 90_000_000_000 * size + 3),
+        Duration(10 * size + 4, 1_000 * size + 5),
+    )
+
+
+def test_batch_stats_move_into_their_samples_and_back(db_0007: str) -> None:
+    with Store(db_0007) as store:
+        samples = store.model_samples()
+    assert samples[0].stats is None
+    assert [s.stats.batch_stats for s in samples[1:] if s.stats is not None] == [
+        (),
+        (_batch(16), _batch(1), _batch(4)),
+        (_batch(2),),
+    ]
+    engine = create_engine(db_0007, poolclass=NullPool)
+    with engine.connect() as conn:
+        stored = conn.execute(
+            text("SELECT CAST(batch_stats AS TEXT) FROM model_samples ORDER BY id")
+        ).all()
+        # Compact, in the layout of schema.BATCH_STAT_LAYOUT, in written order.
+        assert [r[0] for r in stored][:3] == [
+            None,
+            "[]",
+            "[[16,161,16002,160,1440000000003,164,16005],"
+            "[1,11,1002,10,90000000003,14,1005],[4,41,4002,40,360000000003,44,4005]]",
+        ]
+        assert "batch_stats" not in inspect(conn).get_table_names()
+    with engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "0007")
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT model_sample_id, batch_size, exec_count FROM batch_stats ORDER BY id")
+        ).all()
+        assert [tuple(r) for r in rows] == [(3, 16, 160), (3, 1, 10), (3, 4, 40), (4, 2, 20)]
+        assert "batch_stats" not in {c["name"] for c in inspect(conn).get_columns("model_samples")}
+    engine.dispose()

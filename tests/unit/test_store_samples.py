@@ -1,0 +1,100 @@
+"""Model samples in the store: batch stats kept in the sample's row, compact, read
+back exactly, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+from collector.records import BatchStat, Duration, ModelStats, TritonSnapshot
+from collector.store import Store
+from tests.unit.test_store import full_metrics, full_rates, full_stats
+
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'batchscope.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    s = Store(db_url)
+    yield s
+    s.close()
+
+
+def _stored_batch_stats(db_url: str) -> list[str | None]:
+    engine = create_engine(db_url, poolclass=NullPool)
+    with engine.connect() as conn:
+        sql = "SELECT CAST(s.batch_stats AS TEXT) FROM model_samples s ORDER BY s.id"
+        values = [r[0] for r in conn.execute(text(sql))]
+    engine.dispose()
+    return values
+
+
+def test_batch_stats_round_trip_in_the_sample_row(store: Store, db_url: str) -> None:
+    many = replace(
+        full_stats("big"),
+        batch_stats=tuple(
+            BatchStat(size, Duration(size, 2**40 + size), Duration(3 * size, 2**50), Duration())
+            for size in range(1, 17)
+        ),
+    )
+    snapshot = TritonSnapshot(
+        target="triton-a",
+        collected_at=T0,
+        model_metrics=(
+            full_metrics("resnet"),
+            full_metrics("no-stats"),
+            full_metrics("no-batches"),
+            full_metrics("big"),
+        ),
+        model_stats=(
+            full_stats("resnet"),
+            replace(full_stats("no-batches"), batch_stats=()),
+            many,
+        ),
+    )
+    store.write_triton(snapshot, {("resnet", "1"): full_rates()})
+
+    by_model = {s.model: s for s in store.model_samples()}
+    assert by_model["resnet"].stats == full_stats("resnet")
+    assert by_model["no-stats"].stats is None
+    assert by_model["no-batches"].stats == replace(full_stats("no-batches"), batch_stats=())
+    assert by_model["big"].stats == many
+    # One compact array per batch size; NULL without a statistics entry, [] without
+    # batch stats.
+    stored = [None if doc is None else json.loads(doc) for doc in _stored_batch_stats(db_url)]
+    assert stored[:3] == [
+        [
+            [8, 40, 800000, 40, 80000000000, 40, 1600000],
+            [1, 11, 200000, 10, 10000000000, 9, 400000],
+        ],
+        None,
+        [],
+    ]
+
+
+def test_retention_counts_the_batch_stats_of_deleted_samples(store: Store) -> None:
+    for i in range(3):
+        stats = (full_stats("resnet"), ModelStats("mlp", "1", inference_count=1))
+        metrics = (full_metrics("resnet"), full_metrics("mlp"), full_metrics("bare"))
+        store.write_triton(
+            TritonSnapshot("triton-a", T0 + 60 * i, model_metrics=metrics, model_stats=stats)
+        )
+    store.rollup(T0 + 120, bucket_s=60)
+    report = store.apply_retention(T0 + 1000, raw_keep_s=900, rollup_keep_s=10_000)
+    # Two samples of each model go; only resnet's have batch stats (two each).
+    assert (report.model_samples, report.batch_stats) == (6, 4)
+    [kept] = [s for s in store.model_samples() if s.model == "resnet"]
+    assert kept.stats == full_stats("resnet")
