@@ -109,7 +109,10 @@ def rates_from(row: RowValues) -> ModelRates | None:
         row,
         RATE_COLUMNS,
         extra={
-            "fail_per_s_by_reason": dict(row["fail_per_s_by_reason"] or {}),
+            # float(): see ``collector.store.bulk`` on NaN in PostgreSQL's JSON.
+            "fail_per_s_by_reason": {
+                k: float(v) for k, v in (row["fail_per_s_by_reason"] or {}).items()
+            },
             "resets": row["rate_resets"] or 0,
         },
     )

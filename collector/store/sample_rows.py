@@ -74,16 +74,18 @@ def model_sample_from(row: RowValues) -> records.ModelSample:
     """A sample from a ``model_samples`` row labelled with its model, version and target
     (see ``Store.model_samples``)."""
     model, version = row["model_name"], row["model_version"]
+    # float() of each value: PostgreSQL keeps a NaN quantile as the string "NaN"
+    # (see ``collector.store.bulk``).
     metrics = records.ModelMetrics(
         model=model,
         version=version,
         **{name: row[name] for name in _METRIC_FIELDS},
         summary_quantiles_us={
-            family: {float(q): v for q, v in quantiles.items()}
+            family: {float(q): float(v) for q, v in quantiles.items()}
             for family, quantiles in row["summary_quantiles_us"].items()
         },
         histogram_buckets={
-            family: {float(le): count for le, count in buckets.items()}
+            family: {float(le): float(count) for le, count in buckets.items()}
             for family, buckets in (row["histogram_buckets"] or {}).items()
         },
     )

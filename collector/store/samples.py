@@ -24,6 +24,7 @@ from collector.records import (
     ServerMetrics,
     TritonSnapshot,
 )
+from collector.store.bulk import BulkInsert
 from collector.store.mapping import columns, record_from, record_values
 from collector.store.rows import (
     ProcessBucket,
@@ -58,13 +59,12 @@ _Ts = TypeVarTuple("_Ts")
 # The columns that come from ``ProcessSample``'s fields (see ``schema.record_columns``).
 _PROCESS = cast(Table, ProcessSampleRow.__table__).c
 _TARGETS = cast(Table, TargetRow.__table__)
-# Core statements on the tables, built once: the ORM's bulk insert costs several times
-# as much CPU per row, and a statement built per call costs its cache key each time.
-_MODEL_SAMPLES = cast(Table, ModelSampleRow.__table__)
-_INSERT_MODEL_SAMPLE = insert(_MODEL_SAMPLES)
+# The inserts of every scrape skip SQLAlchemy's per-row parameter processing (see
+# ``bulk``); a config changes seldom and goes through SQLAlchemy Core, built once.
+_INSERT_MODEL_SAMPLES = BulkInsert(cast(Table, ModelSampleRow.__table__))
+_INSERT_SERVER = BulkInsert(cast(Table, ServerSampleRow.__table__))
+_INSERT_DEVICES = BulkInsert(cast(Table, DeviceSampleRow.__table__))
 _INSERT_CONFIG = insert(cast(Table, ModelConfigRow.__table__))
-_INSERT_SERVER = insert(cast(Table, ServerSampleRow.__table__))
-_INSERT_DEVICE = insert(cast(Table, DeviceSampleRow.__table__))
 
 
 class SamplesMixin(TargetsMixin):
@@ -105,11 +105,10 @@ class SamplesMixin(TargetsMixin):
             self._write_configs(session, target_id, at, snapshot.model_configs, known)
             if snapshot.server is not None:
                 values = {"target_id": target_id, "collected_at": at}
-                session.execute(_INSERT_SERVER, [{**values, **record_values(snapshot.server)}])
-            if snapshot.gpus:
-                session.execute(
-                    _INSERT_DEVICE, [device_values(target_id, at, d) for d in snapshot.gpus]
-                )
+                _INSERT_SERVER.execute(session, [{**values, **record_values(snapshot.server)}])
+            _INSERT_DEVICES.execute(
+                session, [device_values(target_id, at, d) for d in snapshot.gpus]
+            )
         for learn in known:
             learn()
 
@@ -349,8 +348,8 @@ class SamplesMixin(TargetsMixin):
         model_ids = self._model_ids_of(session, target_id, keys, known)
         stats = {(s.model, s.version): s for s in snapshot.model_stats}
         at = snapshot.collected_at
-        session.execute(
-            _INSERT_MODEL_SAMPLE,
+        _INSERT_MODEL_SAMPLES.execute(
+            session,
             [
                 model_sample_values(model_ids[key], at, m, stats.get(key), rates.get(key))
                 for key, m in zip(keys, snapshot.model_metrics, strict=True)
