@@ -56,13 +56,18 @@ class Database:
     be opened raises it on first use (and is tried again on the next). The password
     is never part of a message.
 
+    ``pool_size`` is how many connections the pool keeps (SQLAlchemy's default, 5,
+    when not given; up to 10 more while busy): a caller whose threads write at once
+    (the collector's scrape pool and its jobs) passes how many threads may use the
+    store together. An in-memory SQLite store has one connection whatever is given.
+
     ``create=False`` opens only an existing store: a SQLite file that is not there, or
     a database that holds none of batchscope's tables, raises ``ConfigError("db_url",
     ...)`` on first use instead of being made (and is looked for again on the next).
     """
 
-    def __init__(self, url: str, *, create: bool = True) -> None:
-        self._engine = create_store_engine(url)
+    def __init__(self, url: str, *, create: bool = True, pool_size: int | None = None) -> None:
+        self._engine = create_store_engine(url, pool_size=pool_size)
         self._create = create
         self.url = self._engine.url.render_as_string(hide_password=True)
         self._dialect = self._engine.dialect.name
@@ -79,14 +84,18 @@ class Database:
         self._schema_ready = False
         self._schema_lock = threading.Lock()
         # The write cache: what this store wrote or read before, so a scrape's write
-        # needs no query to find it again. Filled only after a commit. It assumes one
-        # writer per target (two collectors never scrape one target).
+        # needs no query to find it again. Filled only after a commit, emptied for a
+        # target whose write failed (``_drop_cached``) or that is gone
+        # (``forget_target``). Writes of one target in this process take turns under
+        # its lock (``_target_lock``), so they see what the previous one committed.
         self._target_ids: dict[str, int] = {}
         self._model_ids: dict[int, dict[tuple[str, str], int]] = {}
+        self._model_keys: dict[int, frozenset[tuple[str, str]]] = {}
         self._latest_config_json: dict[int, dict[str, str]] = {}
         self._server_versions: dict[int, str] = {}
         self._source_up: dict[int, dict[str, bool]] = {}
-        self._scrape_locks: dict[str, threading.Lock] = {}
+        self._target_locks: dict[str, threading.Lock] = {}
+        self._target_locks_guard = threading.Lock()
 
     def __enter__(self) -> Database:
         return self
@@ -142,6 +151,31 @@ class Database:
                 "db_url",
                 f"no batchscope store at {self.url}: the file {path} does not exist; {_MADE_BY}",
             )
+
+    # ------------------------------------------------------------------ write cache
+
+    def _target_lock(self, name: str) -> threading.Lock:
+        """The lock under which this process writes target ``name``."""
+        lock = self._target_locks.get(name)
+        if lock is None:
+            with self._target_locks_guard:
+                lock = self._target_locks.setdefault(name, threading.Lock())
+        return lock
+
+    def _drop_cached(self, name: str) -> None:
+        """Forget what the write cache holds about target ``name`` (its lock stays), so
+        its next write finds it again in the database."""
+        target_id = self._target_ids.pop(name, None)
+        if target_id is None:
+            return
+        for cache in (
+            self._model_ids,
+            self._model_keys,
+            self._latest_config_json,
+            self._server_versions,
+            self._source_up,
+        ):
+            cache.pop(target_id, None)
 
     # ------------------------------------------------------------------ sessions
 
@@ -206,8 +240,9 @@ class Database:
 # --------------------------------------------------------------------------- engine
 
 
-def create_store_engine(url: str) -> Engine:
-    """An engine for ``url``, or ``ConfigError("db_url", ...)``. Connects to nothing."""
+def create_store_engine(url: str, *, pool_size: int | None = None) -> Engine:
+    """An engine for ``url``, or ``ConfigError("db_url", ...)``, its pool keeping
+    ``pool_size`` connections when given. Connects to nothing."""
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -218,22 +253,25 @@ def create_store_engine(url: str) -> Engine:
             "postgresql+psycopg://user@host/db)",
         ) from None
     shown = parsed.render_as_string(hide_password=True)
+    if pool_size is not None and pool_size < 1:
+        raise ValueError(f"pool_size must be at least 1, got {pool_size}")
+    pool: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size}
     try:
         if parsed.get_backend_name() == "sqlite":
-            return _create_sqlite_engine(parsed)
+            return _create_sqlite_engine(parsed, pool)
         # pre_ping: a fleet database restarts or drops idle connections.
-        return create_engine(parsed, pool_pre_ping=True)
+        return create_engine(parsed, pool_pre_ping=True, **pool)
     except (ArgumentError, NoSuchModuleError, ImportError) as err:
         raise ConfigError("db_url", f"unsupported database URL {shown}: {err}") from None
 
 
-def _create_sqlite_engine(url: URL) -> Engine:
+def _create_sqlite_engine(url: URL, pool: dict[str, Any]) -> Engine:
     in_memory = url.database in (None, "", ":memory:")
     if in_memory:
         # One shared connection, or each thread would see its own empty database.
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:
-        engine = create_engine(url)
+        engine = create_engine(url, **pool)
     _configure_sqlite(engine, wal=not in_memory)
     return engine
 

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVarTuple, cast
 
-from sqlalchemy import ColumnElement, Integer, Select, Table, func, insert, select, update
+from sqlalchemy import ColumnElement, Integer, Select, Table, func, insert, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import FunctionElement
@@ -58,7 +58,6 @@ _SampleTable = type[ServerSampleRow] | type[DeviceSampleRow] | type[ProcessSampl
 _Ts = TypeVarTuple("_Ts")
 # The columns that come from ``ProcessSample``'s fields (see ``schema.record_columns``).
 _PROCESS = cast(Table, ProcessSampleRow.__table__).c
-_TARGETS = cast(Table, TargetRow.__table__)
 # The inserts of every scrape skip SQLAlchemy's per-row parameter processing (see
 # ``bulk``); a config changes seldom and goes through SQLAlchemy Core, built once.
 _INSERT_MODEL_SAMPLES = BulkInsert(cast(Table, ModelSampleRow.__table__))
@@ -87,21 +86,28 @@ class SamplesMixin(TargetsMixin):
         that is not in the metrics are ignored. The target is created with kind
         ``"triton"`` if it is new.
         """
+        # Writes of one target take turns with each other and with its scrape records:
+        # the write cache of a target is read and filled by one of them at a time.
+        with self._target_lock(snapshot.target):
+            try:
+                self._write_triton(snapshot, rates or {})
+            except BaseException:
+                self._drop_cached(snapshot.target)  # found again on the next write
+                raise
+
+    def _write_triton(
+        self, snapshot: TritonSnapshot, rates: Mapping[tuple[str, str], ModelRates]
+    ) -> None:
         at = snapshot.collected_at
         known: list[Callable[[], None]] = []  # what the write cache learns, once committed
         with self._write() as session:
             target_id = self._target_id(session, snapshot.target, TRITON_KIND, known)
-            version = snapshot.server_version
-            if version is not None and self._server_versions.get(target_id) != version:
-                session.execute(
-                    update(_TARGETS)
-                    .where(_TARGETS.c.id == target_id)
-                    .values(server_version=version)
+            models_changed = self._write_model_samples(session, target_id, snapshot, rates, known)
+            if snapshot.server_version is not None:
+                # A changed set of models may be a restarted or replaced server.
+                self._write_server_version(
+                    session, target_id, snapshot.server_version, known, stale=models_changed
                 )
-                known.append(
-                    functools.partial(self._server_versions.__setitem__, target_id, version)
-                )
-            self._write_model_samples(session, target_id, snapshot, rates or {}, known)
             self._write_configs(session, target_id, at, snapshot.model_configs, known)
             if snapshot.server is not None:
                 values = {"target_id": target_id, "collected_at": at}
@@ -341,10 +347,16 @@ class SamplesMixin(TargetsMixin):
         snapshot: TritonSnapshot,
         rates: Mapping[tuple[str, str], ModelRates],
         known: list[Callable[[], None]],
-    ) -> None:
-        if not snapshot.model_metrics:
-            return
+    ) -> bool:
+        """Insert the model samples; whether the set of (model, version)s differs from
+        the previous write's of this target (or there was none in this process)."""
         keys = [(m.model, m.version) for m in snapshot.model_metrics]
+        key_set = frozenset(keys)
+        changed = self._model_keys.get(target_id) != key_set
+        if changed:
+            known.append(functools.partial(self._model_keys.__setitem__, target_id, key_set))
+        if not keys:
+            return changed
         model_ids = self._model_ids_of(session, target_id, keys, known)
         stats = {(s.model, s.version): s for s in snapshot.model_stats}
         at = snapshot.collected_at
@@ -355,16 +367,7 @@ class SamplesMixin(TargetsMixin):
                 for key, m in zip(keys, snapshot.model_metrics, strict=True)
             ],
         )
-
-    def _target_id(
-        self, session: Session, name: str, kind: str, known: list[Callable[[], None]]
-    ) -> int:
-        """The id of target ``name`` from the write cache, or ``_ensure_target``'s."""
-        target_id = self._target_ids.get(name)
-        if target_id is None:
-            target_id = self._ensure_target(session, name, kind)
-            known.append(functools.partial(self._target_ids.__setitem__, name, target_id))
-        return target_id
+        return changed
 
     def _model_ids_of(
         self,

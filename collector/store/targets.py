@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from collector.analysis.health import HOST_KIND, TRITON_KIND, scrape_decides, target_up
@@ -60,13 +61,32 @@ class TargetsMixin(Database):
         ``kind`` overwrites the stored kind.
         """
         ok = error_kind is None
-        # Scrapes of one target in this process take turns, so the cached source
-        # states are the ones the previous scrape committed.
-        with self._scrape_locks.setdefault(target, threading.Lock()):
-            return self._record_scrape(
-                target, source, kind, ok, started_at, duration_s, error_kind, error,
-                interval_s=interval_s, first_in_run=first_in_run,
-            )  # fmt: skip
+        # Writes of one target in this process take turns, so the cached source
+        # states are the ones the previous write committed.
+        record = functools.partial(
+            self._record_scrape, target, source, kind, ok, started_at, duration_s,
+            error_kind, error, interval_s=interval_s, first_in_run=first_in_run,
+        )  # fmt: skip
+        with self._target_lock(target):
+            try:
+                try:
+                    return record()
+                except (_TargetGone, IntegrityError):
+                    # Deleted by someone else while its id was cached (the row, or the
+                    # reference of a transition to it): found again, or made anew.
+                    self._drop_cached(target)
+                    return record()
+            except BaseException:
+                self._drop_cached(target)
+                raise
+
+    def forget_target(self, name: str) -> None:
+        """Drop what this store keeps in memory about target ``name`` (for a target the
+        collector no longer scrapes); its rows stay. A later write finds it again."""
+        with self._target_lock(name):
+            self._drop_cached(name)
+        with self._target_locks_guard:
+            self._target_locks.pop(name, None)
 
     def _record_scrape(
         self,
@@ -87,7 +107,11 @@ class TargetsMixin(Database):
             if target_id is None:
                 target_id = self._ensure_target(session, target, kind)
             up_by_source = self._source_up.get(target_id)
-            if up_by_source is None:
+            # Another deciding source (a fleet-mode and a direct collector of one
+            # target) may be written by another process: its cached state may be old.
+            if up_by_source is None or any(
+                other != source and scrape_decides(kind, other) for other in up_by_source
+            ):
                 states = self._source_states(session, [target_id]).get(target_id, {})
                 up_by_source = {name: t.up for name, t in states.items()}
             previous = up_by_source.get(source)
@@ -101,7 +125,9 @@ class TargetsMixin(Database):
                 interval_s=interval_s, first_in_run=first_in_run,
             )  # fmt: skip
             stmt = update(_TARGETS).where(_TARGETS.c.id == target_id).values(changes)
-            row = session.execute(stmt.returning(*_TARGETS.c)).mappings().one()
+            row = session.execute(stmt.returning(*_TARGETS.c)).mappings().one_or_none()
+            if row is None:
+                raise _TargetGone(target)
         self._target_ids[target] = target_id
         self._source_up[target_id] = up_by_source
         return _target_state(row, up_by_source)
@@ -175,6 +201,34 @@ class TargetsMixin(Database):
 
     # ------------------------------------------------------------------ internals
 
+    def _target_id(
+        self, session: Session, name: str, kind: str, known: list[Callable[[], None]]
+    ) -> int:
+        """The id of target ``name`` from the write cache, or ``_ensure_target``'s
+        (cached through ``known`` once the write commits)."""
+        target_id = self._target_ids.get(name)
+        if target_id is None:
+            target_id = self._ensure_target(session, name, kind)
+            known.append(functools.partial(self._target_ids.__setitem__, name, target_id))
+        return target_id
+
+    def _write_server_version(
+        self,
+        session: Session,
+        target_id: int,
+        version: str,
+        known: list[Callable[[], None]],
+        *,
+        stale: bool = False,
+    ) -> None:
+        """Store the target's server version unless the write cache says it is stored
+        already (and it is not ``stale``)."""
+        if not stale and self._server_versions.get(target_id) == version:
+            return
+        stmt = update(_TARGETS).where(_TARGETS.c.id == target_id).values(server_version=version)
+        session.execute(stmt)
+        known.append(functools.partial(self._server_versions.__setitem__, target_id, version))
+
     def _ensure_target(self, session: Session, name: str, kind: str) -> int:
         """The id of target ``name``, created with ``kind`` if new, locked for the
         rest of the transaction on PostgreSQL so writers of one target serialise."""
@@ -206,6 +260,13 @@ class TargetsMixin(Database):
         for t in session.scalars(select(TransitionRow).where(TransitionRow.id.in_(latest))):
             states[t.target_id][t.source] = t
         return states
+
+
+class _TargetGone(LookupError):
+    """The target's row is gone (deleted by someone else) while its id was cached."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"target {name!r} is no longer in the store; written again next time")
 
 
 def _scrape_changes(
