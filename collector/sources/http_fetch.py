@@ -63,7 +63,6 @@ class HttpFetcher:
         self._pools = urllib3.PoolManager(retries=_RETRIES) if session is None else None
         self.timeout_s = timeout_s
         self.max_response_bytes = max_response_bytes
-        self._timeout = urllib3.Timeout(connect=timeout_s, read=timeout_s)
 
     def close(self) -> None:
         if self._session is not None:
@@ -119,7 +118,8 @@ class HttpFetcher:
                 url,
                 headers=_IDENTITY,
                 preload_content=False,
-                timeout=self._timeout,
+                # Made per request: a timeout_s changed since construction holds at once.
+                timeout=urllib3.Timeout(connect=self.timeout_s, read=self.timeout_s),
                 retries=_RETRIES,
             )
         except urllib3.exceptions.MaxRetryError as exc:
@@ -143,6 +143,9 @@ class HttpFetcher:
         if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
             return TargetTimeout(f"timed out after {self.timeout_s:g} s: {where}")
         if isinstance(exc, urllib3.exceptions.LocationValueError | ValueError):
+            return CollectError(f"request failed: {where}: {_reason(exc)}")
+        if isinstance(exc, urllib3.exceptions.ResponseError):
+            # Too many redirects: a request failure, as requests' TooManyRedirects is.
             return CollectError(f"request failed: {where}: {_reason(exc)}")
         return TargetDown(f"connection failed: {where}: {_reason(exc)}")
 
