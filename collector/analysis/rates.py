@@ -19,6 +19,7 @@ and divides their sums again, so a merged rate is the rate over the whole, exact
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -118,9 +119,13 @@ _CORE_COUNTERS = (
 )
 
 
+_core_counters = operator.attrgetter(*_CORE_COUNTERS)
+_model_counters = operator.attrgetter(*MODEL_COUNTERS)
+
+
 def metrics_reset(prev: ModelSample, cur: ModelSample) -> bool:
     """True when a core counter of the metrics endpoint went down (Triton restarted)."""
-    return any(getattr(cur.metrics, name) < getattr(prev.metrics, name) for name in _CORE_COUNTERS)
+    return any(map(operator.lt, _core_counters(cur.metrics), _core_counters(prev.metrics)))
 
 
 def stats_reset(prev: ModelSample, cur: ModelSample) -> bool:
@@ -225,18 +230,17 @@ def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
         for reason, value in c.request_failure_by_reason.items()
     }
     increases = {
-        name: _increase(getattr(p, name), getattr(c, name), reset) for name in MODEL_COUNTERS
+        name: now if reset or now < before else now - before  # as _increase
+        for name, before, now in zip(
+            MODEL_COUNTERS, _model_counters(p), _model_counters(c), strict=True
+        )
     }
     batch_ns: float | None = None
     if cur.stats is not None:
         batch_ns = float(
-            sum(
-                b.compute_ns
-                for b in batch_stats_increase(
-                    prev.stats.batch_stats if prev.stats else None,
-                    cur.stats.batch_stats,
-                    reset=reset or reloaded or prev.stats is None,
-                )
+            _batch_compute_ns_increase(
+                prev.stats.batch_stats if prev.stats and not (reset or reloaded) else (),
+                cur.stats.batch_stats,
             )
         )
     return CounterIncrease(
@@ -246,6 +250,28 @@ def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
         batch_compute_ns=batch_ns,
         resets=1 if reset or reloaded else 0,
     )
+
+
+def _batch_compute_ns_increase(prev: Sequence[BatchStat], cur: Sequence[BatchStat]) -> int:
+    """The summed compute time of ``batch_stats_increase(prev, cur)``, without making
+    its records: this runs for every series at every scrape."""
+    before = {b.batch_size: b for b in prev}
+    total = 0
+    for b in cur:
+        p = before.get(b.batch_size)
+        if p is b:
+            continue  # the parser kept the record: nothing changed
+        count = b.compute_infer.count
+        if p is None or count < p.compute_infer.count:
+            if count > 0:
+                total += b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns
+        elif count > p.compute_infer.count:
+            total += (
+                max(b.compute_input.ns - p.compute_input.ns, 0)
+                + max(b.compute_infer.ns - p.compute_infer.ns, 0)
+                + max(b.compute_output.ns - p.compute_output.ns, 0)
+            )
+    return total
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
