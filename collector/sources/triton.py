@@ -136,8 +136,8 @@ class TritonSource:
         metrics = self._parsed(metrics_url, "metrics", self._metrics_parser.parse)
         stats = self._parsed(self._stats_url, "model statistics", self._stats_parser.parse)
 
-        configs, partial_errors, restarted = self._model_configs(stats)
-        if restarted and not self._version_stale:
+        configs, partial_errors, reloaded = self._model_configs(stats)
+        if reloaded and not self._version_stale:
             self._read_version()
         self._version_stale = False
         return TritonSnapshot(
@@ -166,19 +166,20 @@ class TritonSource:
         self, stats: Sequence[ModelStats]
     ) -> tuple[tuple[ModelConfig, ...], dict[str, str], bool]:
         """The configs of the models in ``stats``, the configs that failed, and whether
-        a counter went down (the server may have restarted)."""
+        a model was reloaded (a counter went down or its set of versions changed): the
+        server may have restarted or been replaced, so its version is read again."""
         by_model: dict[str, tuple[ModelStats, ...]] = {}
         for s in stats:
             by_model[s.model] = (*by_model.get(s.model, ()), s)
         now = self._clock()
         configs: list[ModelConfig] = []
         errors: dict[str, str] = {}
-        restarted = False
+        any_reloaded = False
         for model in sorted(by_model):
             current = by_model[model]
             cached = self._configs.get(model)
             reloaded = _reloaded(self._last_stats.get(model), current)
-            restarted = restarted or reloaded == _COUNTER_DOWN
+            any_reloaded = any_reloaded or bool(reloaded)
             if cached is None or now >= cached[1] or reloaded:
                 self._configs.pop(model, None)
                 try:
@@ -195,7 +196,7 @@ class TritonSource:
             for gone in set(self._configs) - set(by_model):
                 del self._configs[gone]
         self._last_stats = by_model
-        return tuple(configs), errors, restarted
+        return tuple(configs), errors, any_reloaded
 
     def _refresh_after(self, model: str) -> float:
         """``config_refresh_s`` plus up to half of it, fixed per model and target."""

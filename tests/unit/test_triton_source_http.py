@@ -334,6 +334,25 @@ def test_the_version_is_read_once_then_after_a_failure_or_a_restart(
     assert snap.server_version == "2.54.0" and version_hits() == 3
 
 
+def test_a_model_whose_versions_changed_has_the_version_read_again(
+    source: TritonSource, server: _Server
+) -> None:
+    # A new version replacing the old one, counters not lower: a reload all the same,
+    # perhaps on a server that was replaced, so its version is read again.
+    source.collect()
+    assert server.hits.count("/v2") == 1
+    server.routes["/v2"] = ok(b'{"name":"triton","version":"2.55.0"}')
+    server.routes["/v2/models/stats"] = ok(
+        fixture_bytes("stats_two_models.json").replace(
+            b'"name":"resnet50","version":"1"', b'"name":"resnet50","version":"2"'
+        )
+    )
+    (snap,) = source.collect()
+    assert snap.server_version == "2.55.0" and server.hits.count("/v2") == 2
+    (snap,) = source.collect()
+    assert server.hits.count("/v2") == 2
+
+
 def test_a_counter_going_down_refetches_that_models_config(
     source: TritonSource, server: _Server
 ) -> None:
