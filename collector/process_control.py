@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import os
 import signal
 import sys
@@ -95,3 +96,16 @@ def stop_on_signals(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+# A scrape allocates thousands of short-lived objects (records, rows) and keeps large
+# long-lived ones (per-target parser caches): at the default threshold of 700 the
+# young generation is collected several times a scrape and the whole heap often,
+# about a sixth of a collector's CPU on a 20-target fleet. The objects that die are
+# acyclic and freed by reference counting; collecting rarely costs little memory.
+SERVICE_GC_THRESHOLDS = (20_000, 50, 100)
+
+
+def tune_gc_for_service() -> None:
+    """Collect cyclic garbage rarely, as a long-running collector or server should."""
+    gc.set_threshold(*SERVICE_GC_THRESHOLDS)
