@@ -32,7 +32,7 @@ from collector.errors import CollectError
 from collector.scrape_loop import LoopCounts, PeriodicJob, ScrapeLoop
 from collector.sources import SOURCES
 from collector.sources.base import Record, Source
-from collector.store import Store
+from collector.store import ScrapeRecord, Store
 
 __all__ = ["CollectorService", "SourceHealth", "build_sources", "target_sources"]
 
@@ -135,22 +135,55 @@ class CollectorService:
             return False
         kind = TRITON_KIND if SOURCES[source.name].per_target else HOST_KIND
         health.attempts += 1
+        first_in_run = health.attempts == 1
+        if first_in_run and kind == TRITON_KIND:
+            self._record_endpoints(source.target)
         t0 = time.perf_counter()
         error_kind: str | None = None
         error: str | None = None
+        recorded = False
         try:
             collected = source.collect()
             self._note_seen(collected, started)
-            self._persist(source.target, collected)
+            snapshot = _own_snapshot(source, kind, collected)
+            if snapshot is None:
+                self._persist(source.target, collected)
+            else:
+                # A Triton scrape's samples and its record: one transaction.
+                rates = self._rates_for(snapshot)
+                scrape = ScrapeRecord(
+                    source.target, source.name, kind, started, time.perf_counter() - t0,
+                    interval_s=self.settings.interval_s, first_in_run=first_in_run,
+                )  # fmt: skip
+                self.store.write_scrape(snapshot, rates, scrape)
+                recorded = True
         except CollectError as exc:
             error_kind, error = exc.error_kind, str(exc)
         except Exception as exc:  # a bug or a surprise must not stop the loop
             error_kind, error = "internal", f"{type(exc).__name__}: {exc}"
             log.exception("%s/%s: unexpected failure", source.name, source.target)
         duration = time.perf_counter() - t0
+        if not recorded:
+            self._record_scrape(source, kind, started, duration, error_kind, error, first_in_run)
+        self._update_health(source, health, error_kind, error, started)
+        if started >= self._forget_at:  # a look every stale horizon, for every source
+            self._forget_at = started + stale_after_s(self.settings.interval_s)
+            self.forget_stale(started)
+        return error_kind is None
+
+    def _record_scrape(
+        self,
+        source: Source,
+        kind: str,
+        started: float,
+        duration: float,
+        error_kind: str | None,
+        error: str | None,
+        first_in_run: bool,
+    ) -> None:
+        """Record a scrape that ``Store.write_scrape`` did not: a failed one, or one of
+        a source that brings no snapshot of its own target (host, fleet mode)."""
         try:
-            if health.attempts == 1 and kind == TRITON_KIND:
-                self._record_endpoints(source.target)
             self.store.record_scrape(
                 source.target,
                 source.name,
@@ -160,21 +193,21 @@ class CollectorService:
                 error_kind=error_kind,
                 error=error,
                 interval_s=self.settings.interval_s,
-                first_in_run=health.attempts == 1,
+                first_in_run=first_in_run,
             )
         except Exception:
             log.exception("%s/%s: could not record the scrape result", source.name, source.target)
-        self._update_health(source, health, error_kind, error, started)
-        if started >= self._forget_at:  # a look every stale horizon, for every source
-            self._forget_at = started + stale_after_s(self.settings.interval_s)
-            self.forget_stale(started)
-        return error_kind is None
 
     def _record_endpoints(self, target: str) -> None:
-        """Write down where ``target`` is scraped, once a run (see ``Store.record_endpoints``)."""
+        """Write down where ``target`` is scraped, once a run (see ``Store.record_endpoints``);
+        a failure is logged, and the scrape goes on."""
         t = self._endpoints.get(target)
-        if t is not None:
+        if t is None:
+            return
+        try:
             self.store.record_endpoints(target, url=t.url, metrics_url=t.metrics_url)
+        except Exception:
+            log.exception("%s: could not record where it is scraped", target)
 
     def health(self, source: Source) -> SourceHealth:
         """The retry state of one source (a copy)."""
@@ -520,3 +553,16 @@ class CollectorService:
             stop.wait(duration_s)
         finally:
             self.shutdown()
+
+
+def _own_snapshot(
+    source: Source, kind: str, collected: Sequence[Record]
+) -> records.TritonSnapshot | None:
+    """The snapshot of the Triton target ``source`` scrapes, when it is all the scrape
+    brought (a ``triton`` source's scrape), for ``Store.write_scrape``; else None."""
+    if kind != TRITON_KIND or len(collected) != 1:
+        return None
+    record = collected[0]
+    if isinstance(record, records.TritonSnapshot) and record.target == source.target:
+        return record
+    return None

@@ -1,39 +1,53 @@
-"""Hot inserts without SQLAlchemy's per-row parameter processing.
+"""Hot statements without SQLAlchemy's per-row parameter processing.
 
-A scrape writes about twenty rows of fifty-odd columns; building the parameters of a
-compiled statement for each of them cost more than the database's own work. Here the
-``INSERT`` is compiled once per dialect from the SQLAlchemy ``Table`` (so no column
-list is written by hand), each row becomes a tuple in its column order, with JSON
-columns serialised here, and the tuples go to the driver's ``executemany`` through
+A scrape writes about twenty rows of fifty-odd columns and updates its target's row;
+building the parameters of a compiled statement for each of them cost more than the
+database's own work. Here each statement is compiled once per dialect from the
+SQLAlchemy ``Table`` (so no column list is written by hand), its parameters go in as
+tuples in the compiled order, with JSON columns serialised here, to the driver through
 ``Connection.exec_driver_sql``: SQLAlchemy still owns the connection, the transaction,
 and the wrapping of driver errors.
 
 JSON is written as SQLAlchemy's ``JSON(none_as_null=True)`` would (``None`` is SQL
-NULL, the rest ``json.dumps``), but compact. A float that is not finite (a summary
-quantile without observations is NaN) is written as ``json.dumps`` does on SQLite
-(``NaN``, read back by ``json.loads``); PostgreSQL's ``json`` refuses that token, so
-there it is written as the string ``"NaN"`` (``"Infinity"``, ``"-Infinity"``), which
-``float()`` reads back: readers of such documents convert with ``float``.
+NULL), but compact, by orjson where that reads back the same as ``json.dumps``. A float
+that is not finite (a summary quantile without observations is NaN) is written as
+``json.dumps`` does on SQLite (``NaN``, read back by ``json.loads``); PostgreSQL's
+``json`` refuses that token, so there it is written as the string ``"NaN"``
+(``"Infinity"``, ``"-Infinity"``), which ``float()`` reads back: readers of such
+documents convert with ``float``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import operator
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import JSON, Dialect, Table, insert
+import orjson
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Dialect,
+    Table,
+    bindparam,
+    insert,
+    literal_column,
+    update,
+)
 from sqlalchemy.orm import Session
 
-__all__ = ["BulkInsert", "json_text"]
+__all__ = ["INCREMENT", "BulkInsert", "KeyedUpdate", "TupleInsert", "json_encoder", "json_text"]
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
 _COMPACT_FINITE = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _PYFORMAT = re.compile(r"%\((\w+)\)s")
+
+JsonEncoder = Callable[[Any], str | None]
 
 
 def json_text(value: Any, *, finite_only: bool = False) -> str | None:
@@ -59,24 +73,102 @@ def _finite(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def json_encoder(finite_only: bool) -> JsonEncoder:
+    """``json_text`` with ``finite_only``, by orjson (about ten times faster) where
+    that reads back the same: orjson writes NaN and the infinities as ``null``, so a
+    document whose text holds a ``null`` is encoded again as ``json_text`` does, and so
+    is one orjson refuses (an integer past 64 bits, a key that is not a string). The
+    text may differ from ``json.dumps``'s (``1e16`` for ``1e+16``, UTF-8 for
+    ``\\u`` escapes), never the value read back."""
+    slow = functools.partial(json_text, finite_only=finite_only)
+    dumps = orjson.dumps
+
+    def encode(value: Any) -> str | None:
+        if value is None:
+            return None
+        try:
+            text = dumps(value)
+        except TypeError:  # orjson.JSONEncodeError
+            return slow(value)
+        if b"null" in text:
+            return slow(value)
+        return text.decode()
+
+    return encode
+
+
+def dialect_json_encoder(dialect: Dialect) -> JsonEncoder:
+    """How JSON documents are written on ``dialect`` (see the module's docstring)."""
+    return json_encoder(dialect.name == "postgresql")
+
+
+class Increment:
+    """A change of ``KeyedUpdate`` that adds one to the column's stored value."""
+
+    def __repr__(self) -> str:
+        return "INCREMENT"
+
+
+INCREMENT = Increment()
+
+
+def _driver_sql(compiled: Any, dialect: Dialect, what: str) -> tuple[str, list[str]]:
+    """The SQL of ``compiled`` in the driver's positional style, and the names of its
+    parameters in order."""
+    sql: str = compiled.string
+    if dialect.paramstyle == "pyformat":
+        return _PYFORMAT.sub("%s", sql), _PYFORMAT.findall(sql)
+    if dialect.positional and compiled.positiontup is not None:
+        return sql, list(compiled.positiontup)
+    raise NotImplementedError(f"{what}: paramstyle {dialect.paramstyle}")
+
+
+def _insert_columns(table: Table) -> list[str]:
+    """Every column of ``table`` but its generated id."""
+    generated = table.autoincrement_column
+    return [c.name for c in table.columns if c is not generated]
+
+
 @dataclass(frozen=True)
 class _Plan:
     """One table's insert on one dialect: the SQL in the driver's positional style,
     and how a row (by column name) becomes its parameters."""
 
     sql: str
-    values_of: Callable[[Mapping[str, Any]], tuple[Any, ...]]
+    values_of: Callable[[Any], tuple[Any, ...]]
     json_at: tuple[int, ...]
-    finite_only: bool
+    encode: JsonEncoder
 
     def parameters(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
         values = self.values_of(row)
         if not self.json_at:
             return values
         out = list(values)
+        encode = self.encode
         for i in self.json_at:
-            out[i] = json_text(out[i], finite_only=self.finite_only)
+            out[i] = encode(out[i])
         return tuple(out)
+
+
+def _insert_plan(table: Table, dialect: Dialect, names: Sequence[str]) -> tuple[str, list[str]]:
+    """``INSERT INTO table`` of every column but the generated id, compiled for
+    ``dialect``: its SQL and its parameters' names in order."""
+    columns = _insert_columns(table)
+    if sorted(names) != sorted(columns):
+        raise RuntimeError(f"bulk insert into {table.name}: the values are not its columns")
+    # inline(): no RETURNING of the generated id.
+    compiled = insert(table).inline().compile(dialect=dialect, column_keys=columns)
+    sql, order = _driver_sql(compiled, dialect, f"bulk insert into {table.name}")
+    if sorted(order) != sorted(columns):
+        raise RuntimeError(f"bulk insert into {table.name}: unexpected parameters")
+    return sql, order
+
+
+def _getter(positions: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """``itemgetter`` that always returns a tuple, even of one item."""
+    get = operator.itemgetter(*positions)
+    return get if len(positions) > 1 else lambda row: (get(row),)
 
 
 class BulkInsert:
@@ -86,39 +178,89 @@ class BulkInsert:
 
     def __init__(self, table: Table) -> None:
         self.table = table
-        generated = table.autoincrement_column
-        self._columns = [c for c in table.columns if c is not generated]
         self._plans: dict[str, _Plan] = {}
 
-    def execute(self, session: Session, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Insert ``rows`` in the session's transaction."""
-        connection = session.connection()
-        plan = self._plans.get(connection.dialect.name)
+    def execute(self, session: Session | Connection, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Insert ``rows`` in the transaction of ``session`` (a session or connection)."""
+        connection = session if isinstance(session, Connection) else session.connection()
+        dialect = connection.dialect
+        plan = self._plans.get(dialect.name)
         if plan is None:
-            plan = self._plans[connection.dialect.name] = self._plan(connection.dialect)
+            plan = self._plans[dialect.name] = self._plan(dialect)
         parameters = [plan.parameters(row) for row in rows]
         if parameters:
             connection.exec_driver_sql(plan.sql, parameters)
 
     def _plan(self, dialect: Dialect) -> _Plan:
-        names = [c.name for c in self._columns]
-        # inline(): no RETURNING of the generated id.
-        compiled = insert(self.table).inline().compile(dialect=dialect, column_keys=names)
-        sql = compiled.string
-        if dialect.paramstyle == "pyformat":
-            order = _PYFORMAT.findall(sql)
-            sql = _PYFORMAT.sub("%s", sql)
-        elif dialect.positional and compiled.positiontup is not None:
-            order = list(compiled.positiontup)
-        else:
-            raise NotImplementedError(f"bulk insert: paramstyle {dialect.paramstyle}")
-        if sorted(order) != sorted(names):
-            raise RuntimeError(f"bulk insert into {self.table.name}: unexpected parameters")
-        json_columns = {c.name for c in self._columns if isinstance(c.type, JSON)}
-        getter = operator.itemgetter(*order)
+        columns = _insert_columns(self.table)
+        sql, order = _insert_plan(self.table, dialect, columns)
+        json_columns = {c.name for c in self.table.columns if isinstance(c.type, JSON)}
         return _Plan(
             sql=sql,
-            values_of=getter if len(order) > 1 else lambda row: (getter(row),),
+            values_of=_getter(order),
             json_at=tuple(i for i, name in enumerate(order) if name in json_columns),
-            finite_only=dialect.name == "postgresql",
+            encode=dialect_json_encoder(dialect),
         )
+
+
+class TupleInsert:
+    """``BulkInsert`` for rows given as tuples in the order of ``names`` (a caller's
+    own order, every column but the generated id once), JSON columns already encoded
+    (``dialect_json_encoder``): each tuple is put in the compiled statement's column
+    order by one ``itemgetter``, so no row is built as a mapping first."""
+
+    def __init__(self, table: Table, names: Sequence[str]) -> None:
+        self.table = table
+        self.names = tuple(names)
+        self._plans: dict[str, tuple[str, Callable[[Any], tuple[Any, ...]]]] = {}
+
+    def execute(self, connection: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Insert ``rows`` in the connection's transaction."""
+        dialect = connection.dialect
+        plan = self._plans.get(dialect.name)
+        if plan is None:
+            sql, order = _insert_plan(self.table, dialect, self.names)
+            at = {name: i for i, name in enumerate(self.names)}
+            plan = self._plans[dialect.name] = (sql, _getter([at[name] for name in order]))
+        sql, reorder = plan
+        parameters = [reorder(row) for row in rows]
+        if parameters:
+            connection.exec_driver_sql(sql, parameters)
+
+
+class KeyedUpdate:
+    """``UPDATE table SET <changes> WHERE <key column> = ?`` of one row, compiled once
+    per dialect and set of changed columns (a change ``INCREMENT`` adds one to the
+    stored value). Returns how many rows it changed."""
+
+    def __init__(self, table: Table, key: str) -> None:
+        self.table = table
+        self.key = key
+        # (dialect, changed columns, incremented ones) -> SQL, and the changed column
+        # of each parameter (None: the key).
+        self._plans: dict[
+            tuple[str, tuple[str, ...], frozenset[str]], tuple[str, list[str | None]]
+        ] = {}
+
+    def execute(self, connection: Connection, key_value: Any, changes: Mapping[str, Any]) -> int:
+        increments = frozenset(n for n, v in changes.items() if v is INCREMENT)
+        plan_key = (connection.dialect.name, tuple(changes), increments)
+        plan = self._plans.get(plan_key)
+        if plan is None:
+            plan = self._plans[plan_key] = self._plan(connection.dialect, changes, increments)
+        sql, order = plan
+        parameters = tuple(key_value if name is None else changes[name] for name in order)
+        return int(connection.exec_driver_sql(sql, parameters).rowcount)
+
+    def _plan(
+        self, dialect: Dialect, changes: Iterable[str], increments: frozenset[str]
+    ) -> tuple[str, list[str | None]]:
+        table = self.table
+        one_more = {name: table.c[name] + literal_column("1") for name in increments}
+        stmt = update(table).where(table.c[self.key] == bindparam("key_value")).values(one_more)
+        set_ = [name for name in changes if name not in increments]
+        compiled = stmt.compile(dialect=dialect, column_keys=set_)
+        sql, order = _driver_sql(compiled, dialect, f"update of {table.name}")
+        if sorted(order) != sorted([*set_, "key_value"]):
+            raise RuntimeError(f"update of {table.name}: unexpected parameters")
+        return sql, [None if name == "key_value" else name for name in order]

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, insert, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
@@ -33,7 +33,11 @@ from collector.errors import ConfigError
 from collector.store.migrate import holds_store_schema, upgrade_to_head
 from collector.store.schema import Base
 
-__all__ = ["Database", "create_store_engine"]
+__all__ = ["Database", "Executor", "create_store_engine"]
+
+# What a write runs its statements on: a session, or (the scrape's hot path, which
+# needs no ORM) a connection.
+Executor = Session | Connection
 
 # How long a SQLite writer waits for another writer's lock before failing.
 _SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -78,9 +82,8 @@ class Database:
             # transactions never fail under REPEATABLE READ.
             reader = reader.execution_options(isolation_level="REPEATABLE READ")
         self._reader = sessionmaker(reader, expire_on_commit=False)
-        self._writer = sessionmaker(
-            self._engine.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False
-        )
+        self._write_engine = self._engine.execution_options(**{_WRITE_OPTION: True})
+        self._writer = sessionmaker(self._write_engine, expire_on_commit=False)
         self._schema_ready = False
         self._schema_lock = threading.Lock()
         # The write cache: what this store wrote or read before, so a scrape's write
@@ -112,6 +115,8 @@ class Database:
         write does); raises ``ConfigError("db_url", ...)`` when the database cannot be
         opened, or (``create=False``) when it is not an existing batchscope store. For
         callers that would rather fail at start (the collector, the dashboard)."""
+        if self._schema_ready:  # every write asks: no lock once it is
+            return
         with self._schema_lock:
             if self._schema_ready:
                 return
@@ -187,6 +192,14 @@ class Database:
             yield session
 
     @contextmanager
+    def _write_connection(self) -> Iterator[Connection]:
+        """``_write`` on a bare connection: a scrape's write needs no ORM, and a session
+        costs it more than its SQL does (SQLite still begins ``IMMEDIATE``)."""
+        self.open()
+        with self._write_engine.begin() as connection:
+            yield connection
+
+    @contextmanager
     def _read(self) -> Iterator[Session]:
         """One read transaction, so a multi-query read sees one snapshot (SQLite's WAL
         snapshot; REPEATABLE READ on PostgreSQL)."""
@@ -196,7 +209,7 @@ class Database:
 
     def _insert_ignoring_duplicates(
         self,
-        session: Session,
+        session: Executor,
         table: type[Base],
         rows: list[dict[str, Any]],
         unique: Sequence[str],

@@ -20,6 +20,7 @@ __all__ = [
     "ModelRollup",
     "ProcessBucket",
     "RetentionReport",
+    "ScrapeRecord",
     "StoredDevice",
     "StoredFinding",
     "StoredModelConfig",
@@ -60,6 +61,25 @@ class TargetState:
     url: str | None = None
     metrics_url: str | None = None
     sources: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ScrapeRecord:
+    """One scrape of ``target`` by ``source``, as ``Store.record_scrape`` and
+    ``Store.write_scrape`` keep it: it succeeded when ``error_kind`` is ``None``.
+
+    ``interval_s`` is how often the scraping collector scrapes; ``first_in_run`` marks
+    the first scrape of this source by a collector that just started."""
+
+    target: str
+    source: str
+    kind: str
+    started_at: float
+    duration_s: float
+    error_kind: str | None = None
+    error: str | None = None
+    interval_s: float | None = None
+    first_in_run: bool = False
 
 
 @dataclass(frozen=True)

@@ -4,22 +4,25 @@ stats, configs, devices)."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, fields
-from typing import Any
+from typing import Any, cast
+
+from sqlalchemy import JSON, Table
 
 from collector import records
-from collector.store.mapping import RowValues, rates_from, rates_values, record_from
+from collector.store.mapping import RowValues, field_names, rates_from, record_from
 from collector.store.rows import StoredModelConfig
-from collector.store.schema import BATCH_STAT_LAYOUT, DEVICE_COLUMNS
+from collector.store.schema import BATCH_STAT_LAYOUT, DEVICE_COLUMNS, RATE_COLUMNS, ModelSampleRow
 
 __all__ = [
     "batch_stats_from",
     "batch_stats_values",
     "config_values",
     "device_values",
+    "MODEL_SAMPLE_LAYOUT",
     "model_sample_from",
-    "model_sample_values",
+    "model_sample_row",
     "stored_config",
 ]
 
@@ -37,37 +40,89 @@ def device_values(target_id: int, at: float, d: records.DeviceSample) -> dict[st
     return {"target_id": target_id, "collected_at": at, **values}
 
 
-def model_sample_values(
+# ``model_samples``' values, in the order ``model_sample_row`` gives them: each name is
+# the column of a record field. Its JSON documents (each converted its own way) are
+# named; every other field is a scalar column, and ``TupleInsert`` checks that these
+# are the table's columns.
+_METRIC_DOCS = ("request_failure_by_reason", "summary_quantiles_us", "histogram_buckets")
+_METRIC_SCALARS = tuple(f for f in _METRIC_FIELDS if f not in _METRIC_DOCS)
+# (column, attribute path) of every scalar of ``ModelStats``.
+_STAT_SCALARS = tuple(
+    pair
+    for f in fields(records.ModelStats)
+    if f.name not in ("model", "version", "batch_stats")
+    for pair in (
+        ((f"stats_{f.name}_count", f"{f.name}.count"), (f"stats_{f.name}_ns", f"{f.name}.ns"))
+        if f.name in _STAT_DURATIONS
+        else ((f"stats_{f.name}", f.name),)
+    )
+)
+_RATE_DOCS = ("fail_per_s_by_reason",)
+_RATE_SCALARS = tuple(f for f in field_names(records.ModelRates) if f not in _RATE_DOCS)
+MODEL_SAMPLE_LAYOUT: tuple[str, ...] = (
+    "model_id",
+    "collected_at",
+    *_METRIC_SCALARS,
+    *_METRIC_DOCS,
+    *(column for column, _ in _STAT_SCALARS),
+    "batch_stats",
+    *(RATE_COLUMNS.get(f, f) for f in _RATE_SCALARS),
+    *(RATE_COLUMNS.get(f, f) for f in _RATE_DOCS),
+)
+_JSON_COLUMNS = {
+    c.name for c in cast(Table, ModelSampleRow.__table__).columns if isinstance(c.type, JSON)
+}
+if {*_METRIC_DOCS, "batch_stats", *_RATE_DOCS} != _JSON_COLUMNS:
+    raise RuntimeError("model_samples: its JSON columns are not the documents written")
+
+_metric_scalars = operator.attrgetter(*_METRIC_SCALARS)
+_stat_scalars = operator.attrgetter(*(path for _, path in _STAT_SCALARS))
+_rate_scalars = operator.attrgetter(*_RATE_SCALARS)
+_NO_STATS = (None,) * (len(_STAT_SCALARS) + 1)
+_NO_RATES = (None,) * (len(_RATE_SCALARS) + len(_RATE_DOCS))
+# Most documents of a scrape are empty (no failures, no summaries, no histograms).
+_EMPTY_DOC = "{}"
+
+
+def model_sample_row(
     model_id: int,
     at: float,
     m: records.ModelMetrics,
     stats: records.ModelStats | None,
     rates: records.ModelRates | None,
-) -> dict[str, Any]:
-    """One ``model_samples`` row. Every row has every key (``None`` where absent):
-    an executemany needs the same columns in every row."""
-    values: dict[str, Any] = {"model_id": model_id, "collected_at": at}
-    values.update({name: getattr(m, name) for name in _METRIC_FIELDS})
-    values["request_failure_by_reason"] = dict(m.request_failure_by_reason)
-    # JSON object keys are strings; str(float) round-trips exactly through float().
-    values["summary_quantiles_us"] = {
-        family: {str(q): v for q, v in quantiles.items()}
-        for family, quantiles in m.summary_quantiles_us.items()
-    }
-    values["histogram_buckets"] = {
-        family: {str(le): count for le, count in buckets.items()}
-        for family, buckets in m.histogram_buckets.items()
-    }
-    values["stats_last_inference_ms"] = stats.last_inference_ms if stats else None
-    values["stats_inference_count"] = stats.inference_count if stats else None
-    values["stats_execution_count"] = stats.execution_count if stats else None
-    for name in _STAT_DURATIONS:
-        duration: records.Duration | None = getattr(stats, name) if stats else None
-        values[f"stats_{name}_count"] = duration.count if duration else None
-        values[f"stats_{name}_ns"] = duration.ns if duration else None
-    values["batch_stats"] = batch_stats_values(stats.batch_stats) if stats else None
-    values.update(rates_values(rates))
-    return values
+    encode: Callable[[Any], str | None],
+) -> tuple[Any, ...]:
+    """One ``model_samples`` row in ``MODEL_SAMPLE_LAYOUT`` order, its JSON documents
+    encoded by ``encode`` (``bulk.dialect_json_encoder``); ``None`` where absent."""
+    failures = m.request_failure_by_reason
+    row = (
+        model_id,
+        at,
+        *_metric_scalars(m),
+        encode(_plain(failures)) if failures else _EMPTY_DOC,
+        encode(_text_keys(m.summary_quantiles_us)) if m.summary_quantiles_us else _EMPTY_DOC,
+        encode(_text_keys(m.histogram_buckets)) if m.histogram_buckets else _EMPTY_DOC,
+    )
+    if stats is not None:
+        row += (*_stat_scalars(stats), encode(batch_stats_values(stats.batch_stats)))
+    else:
+        row += _NO_STATS
+    if rates is not None:
+        by_reason = rates.fail_per_s_by_reason
+        row += (*_rate_scalars(rates), encode(_plain(by_reason)) if by_reason else _EMPTY_DOC)
+    else:
+        row += _NO_RATES
+    return row
+
+
+def _plain(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` as a dict (a frozen record may hold another mapping)."""
+    return doc if type(doc) is dict else dict(doc)
+
+
+def _text_keys(doc: Mapping[str, Mapping[float, float]]) -> dict[str, dict[str, float]]:
+    """JSON object keys are strings; str(float) round-trips exactly through float()."""
+    return {family: {str(k): v for k, v in values.items()} for family, values in doc.items()}
 
 
 def model_sample_from(row: RowValues) -> records.ModelSample:
@@ -125,9 +180,10 @@ _DURATION_AT = tuple(
 )
 
 
-def batch_stats_values(batches: Sequence[records.BatchStat]) -> list[list[int]]:
-    """The ``model_samples.batch_stats`` document of a sample's batch stats."""
-    return [list(_batch_stat_entry(b)) for b in batches]
+def batch_stats_values(batches: Sequence[records.BatchStat]) -> list[tuple[int, ...]]:
+    """The ``model_samples.batch_stats`` document of a sample's batch stats (a JSON
+    array of arrays)."""
+    return [_batch_stat_entry(b) for b in batches]
 
 
 def batch_stats_from(doc: Sequence[Sequence[int]]) -> tuple[records.BatchStat, ...]:

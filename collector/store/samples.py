@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVarTuple, cast
 
-from sqlalchemy import ColumnElement, Integer, Select, Table, func, insert, select
+from sqlalchemy import ColumnElement, Connection, Integer, Select, Table, func, insert, select
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import FunctionElement
 
 from collector.analysis.health import HOST_KIND, TRITON_KIND
@@ -24,20 +25,23 @@ from collector.records import (
     ServerMetrics,
     TritonSnapshot,
 )
-from collector.store.bulk import BulkInsert
+from collector.store.bulk import BulkInsert, TupleInsert, dialect_json_encoder
+from collector.store.engine import Executor
 from collector.store.mapping import columns, record_from, record_values
 from collector.store.rows import (
     ProcessBucket,
+    ScrapeRecord,
     StoredDevice,
     StoredModelConfig,
     StoredProcess,
     StoredServer,
 )
 from collector.store.sample_rows import (
+    MODEL_SAMPLE_LAYOUT,
     config_values,
     device_values,
     model_sample_from,
-    model_sample_values,
+    model_sample_row,
     stored_config,
 )
 from collector.store.schema import (
@@ -60,7 +64,7 @@ _Ts = TypeVarTuple("_Ts")
 _PROCESS = cast(Table, ProcessSampleRow.__table__).c
 # The inserts of every scrape skip SQLAlchemy's per-row parameter processing (see
 # ``bulk``); a config changes seldom and goes through SQLAlchemy Core, built once.
-_INSERT_MODEL_SAMPLES = BulkInsert(cast(Table, ModelSampleRow.__table__))
+_INSERT_MODEL_SAMPLES = TupleInsert(cast(Table, ModelSampleRow.__table__), MODEL_SAMPLE_LAYOUT)
 _INSERT_SERVER = BulkInsert(cast(Table, ServerSampleRow.__table__))
 _INSERT_DEVICES = BulkInsert(cast(Table, DeviceSampleRow.__table__))
 _INSERT_CONFIG = insert(cast(Table, ModelConfigRow.__table__))
@@ -95,26 +99,62 @@ class SamplesMixin(TargetsMixin):
                 self._drop_cached(snapshot.target)  # found again on the next write
                 raise
 
-    def _write_triton(
-        self, snapshot: TritonSnapshot, rates: Mapping[tuple[str, str], ModelRates]
+    def write_scrape(
+        self,
+        snapshot: TritonSnapshot,
+        rates: Mapping[tuple[str, str], ModelRates] | None,
+        scrape: ScrapeRecord,
     ) -> None:
+        """``write_triton`` and ``record_scrape`` of one scrape of the Triton target
+        ``scrape.target`` in one transaction: what a successful scrape writes.
+
+        ``scrape.duration_s`` is the scrape's time before this call; the write's own
+        time up to the record is added, so the duration counts the store's write as
+        when the two were written one after the other. Nothing is written when this
+        raises (the caller records the failed scrape with ``record_scrape``)."""
+        if scrape.target != snapshot.target:
+            raise ValueError(f"scrape of {scrape.target!r}, snapshot of {snapshot.target!r}")
+        with self._target_lock(snapshot.target):
+            try:
+                self._write_triton(snapshot, rates or {}, scrape)
+            except BaseException:
+                self._drop_cached(snapshot.target)  # found again on the next write
+                raise
+
+    def _write_triton(
+        self,
+        snapshot: TritonSnapshot,
+        rates: Mapping[tuple[str, str], ModelRates],
+        scrape: ScrapeRecord | None = None,
+    ) -> None:
+        started = time.perf_counter()
         at = snapshot.collected_at
         known: list[Callable[[], None]] = []  # what the write cache learns, once committed
-        with self._write() as session:
-            target_id = self._target_id(session, snapshot.target, TRITON_KIND, known)
-            models_changed = self._write_model_samples(session, target_id, snapshot, rates, known)
+        kind = TRITON_KIND if scrape is None else scrape.kind
+        with self._write_connection() as connection:
+            target_id = self._target_id(connection, snapshot.target, kind, known)
+            models_changed = self._write_model_samples(
+                connection, target_id, snapshot, rates, known
+            )
             if snapshot.server_version is not None:
                 # A changed set of models may be a restarted or replaced server.
                 self._write_server_version(
-                    session, target_id, snapshot.server_version, known, stale=models_changed
+                    connection, target_id, snapshot.server_version, known, stale=models_changed
                 )
-            self._write_configs(session, target_id, at, snapshot.model_configs, known)
+            self._write_configs(connection, target_id, at, snapshot.model_configs, known)
             if snapshot.server is not None:
                 values = {"target_id": target_id, "collected_at": at}
-                _INSERT_SERVER.execute(session, [{**values, **record_values(snapshot.server)}])
-            _INSERT_DEVICES.execute(
-                session, [device_values(target_id, at, d) for d in snapshot.gpus]
-            )
+                _INSERT_SERVER.execute(connection, [{**values, **record_values(snapshot.server)}])
+            if snapshot.gpus:
+                _INSERT_DEVICES.execute(
+                    connection, [device_values(target_id, at, d) for d in snapshot.gpus]
+                )
+            if scrape is not None:
+                written = replace(
+                    scrape, duration_s=scrape.duration_s + time.perf_counter() - started
+                )
+                sources = self._write_scrape_record(connection, target_id, written)
+                known.append(functools.partial(self._source_up.__setitem__, target_id, sources))
         for learn in known:
             learn()
 
@@ -342,7 +382,7 @@ class SamplesMixin(TargetsMixin):
 
     def _write_model_samples(
         self,
-        session: Session,
+        connection: Connection,
         target_id: int,
         snapshot: TritonSnapshot,
         rates: Mapping[tuple[str, str], ModelRates],
@@ -357,13 +397,14 @@ class SamplesMixin(TargetsMixin):
             known.append(functools.partial(self._model_keys.__setitem__, target_id, key_set))
         if not keys:
             return changed
-        model_ids = self._model_ids_of(session, target_id, keys, known)
+        model_ids = self._model_ids_of(connection, target_id, keys, known)
         stats = {(s.model, s.version): s for s in snapshot.model_stats}
         at = snapshot.collected_at
+        encode = dialect_json_encoder(connection.dialect)
         _INSERT_MODEL_SAMPLES.execute(
-            session,
+            connection,
             [
-                model_sample_values(model_ids[key], at, m, stats.get(key), rates.get(key))
+                model_sample_row(model_ids[key], at, m, stats.get(key), rates.get(key), encode)
                 for key, m in zip(keys, snapshot.model_metrics, strict=True)
             ],
         )
@@ -371,7 +412,7 @@ class SamplesMixin(TargetsMixin):
 
     def _model_ids_of(
         self,
-        session: Session,
+        session: Executor,
         target_id: int,
         keys: Sequence[tuple[str, str]],
         known: list[Callable[[], None]],
@@ -386,7 +427,7 @@ class SamplesMixin(TargetsMixin):
         return ids
 
     def _ensure_models(
-        self, session: Session, target_id: int, keys: Iterable[tuple[str, str]]
+        self, session: Executor, target_id: int, keys: Iterable[tuple[str, str]]
     ) -> dict[tuple[str, str], int]:
         """Ids of the (model, version)s of a target, creating those that are new."""
         wanted = set(keys)
@@ -409,7 +450,7 @@ class SamplesMixin(TargetsMixin):
 
     def _write_configs(
         self,
-        session: Session,
+        session: Executor,
         target_id: int,
         collected_at: float,
         configs: Sequence[ModelConfig],

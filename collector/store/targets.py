@@ -7,15 +7,15 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy import Connection, Table, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from collector.analysis.health import HOST_KIND, TRITON_KIND, scrape_decides, target_up
 from collector.records import HostFacts
-from collector.store.engine import Database
+from collector.store.bulk import INCREMENT, KeyedUpdate
+from collector.store.engine import Database, Executor
 from collector.store.mapping import RowValues, columns, record_from, record_values
-from collector.store.rows import TargetState, TargetTransition
+from collector.store.rows import ScrapeRecord, TargetState, TargetTransition
 from collector.store.schema import HostFactsRow, TargetRow, TransitionRow
 
 __all__ = ["TargetsMixin"]
@@ -24,6 +24,8 @@ __all__ = ["TargetsMixin"]
 _HOST_FACTS = cast(Table, HostFactsRow.__table__).c
 _TARGETS = cast(Table, TargetRow.__table__)
 _INSERT_TRANSITION = insert(cast(Table, TransitionRow.__table__))
+# A scrape's record on its hot path (``Store.write_scrape``): compiled once.
+_UPDATE_TARGET = KeyedUpdate(_TARGETS, "id")
 
 
 class TargetsMixin(Database):
@@ -58,24 +60,24 @@ class TargetsMixin(Database):
 
         On a deciding scrape, ``consecutive_failures`` grows by one when it failed and
         returns to 0 (with the last error cleared) once the target is up again.
-        ``kind`` overwrites the stored kind.
+        ``kind`` overwrites the stored kind. (``Store.write_scrape`` records a scrape
+        the same way, in the transaction that stores its samples.)
         """
-        ok = error_kind is None
+        scrape = ScrapeRecord(
+            target, source, kind, started_at, duration_s, error_kind, error,
+            interval_s=interval_s, first_in_run=first_in_run,
+        )  # fmt: skip
         # Writes of one target in this process take turns, so the cached source
         # states are the ones the previous write committed.
-        record = functools.partial(
-            self._record_scrape, target, source, kind, ok, started_at, duration_s,
-            error_kind, error, interval_s=interval_s, first_in_run=first_in_run,
-        )  # fmt: skip
         with self._target_lock(target):
             try:
                 try:
-                    return record()
+                    return self._record_scrape(scrape)
                 except (_TargetGone, IntegrityError):
                     # Deleted by someone else while its id was cached (the row, or the
                     # reference of a transition to it): found again, or made anew.
                     self._drop_cached(target)
-                    return record()
+                    return self._record_scrape(scrape)
             except BaseException:
                 self._drop_cached(target)
                 raise
@@ -88,49 +90,57 @@ class TargetsMixin(Database):
         with self._target_locks_guard:
             self._target_locks.pop(name, None)
 
-    def _record_scrape(
-        self,
-        target: str,
-        source: str,
-        kind: str,
-        ok: bool,
-        started_at: float,
-        duration_s: float,
-        error_kind: str | None,
-        error: str | None,
-        *,
-        interval_s: float | None,
-        first_in_run: bool,
-    ) -> TargetState:
-        with self._write() as session:
-            target_id = self._target_ids.get(target)
+    def _record_scrape(self, scrape: ScrapeRecord) -> TargetState:
+        with self._write_connection() as connection:
+            target_id = self._target_ids.get(scrape.target)
             if target_id is None:
-                target_id = self._ensure_target(session, target, kind)
-            up_by_source = self._source_up.get(target_id)
-            # Another deciding source (a fleet-mode and a direct collector of one
-            # target) may be written by another process: its cached state may be old.
-            if up_by_source is None or any(
-                other != source and scrape_decides(kind, other) for other in up_by_source
-            ):
-                states = self._source_states(session, [target_id]).get(target_id, {})
-                up_by_source = {name: t.up for name, t in states.items()}
-            previous = up_by_source.get(source)
-            if previous is None or previous != ok:
-                transition = TargetTransition(target, source, started_at, ok, error_kind, error)
-                values = record_values(transition, skip=("target",))
-                session.execute(_INSERT_TRANSITION, [{"target_id": target_id, **values}])
-            up_by_source = {**up_by_source, source: ok}
-            changes = _scrape_changes(
-                kind, source, ok, up_by_source, started_at, duration_s, error_kind, error,
-                interval_s=interval_s, first_in_run=first_in_run,
-            )  # fmt: skip
-            stmt = update(_TARGETS).where(_TARGETS.c.id == target_id).values(changes)
-            row = session.execute(stmt.returning(*_TARGETS.c)).mappings().one_or_none()
+                target_id = self._ensure_target(connection, scrape.target, scrape.kind)
+            up_by_source, changes = self._scrape_record(connection, target_id, scrape)
+            values = {
+                name: _TARGETS.c[name] + 1 if value is INCREMENT else value
+                for name, value in changes.items()
+            }
+            stmt = update(_TARGETS).where(_TARGETS.c.id == target_id).values(values)
+            row = connection.execute(stmt.returning(*_TARGETS.c)).mappings().one_or_none()
             if row is None:
-                raise _TargetGone(target)
-        self._target_ids[target] = target_id
+                raise _TargetGone(scrape.target)
+        self._target_ids[scrape.target] = target_id
         self._source_up[target_id] = up_by_source
         return _target_state(row, up_by_source)
+
+    def _write_scrape_record(
+        self, connection: Connection, target_id: int, scrape: ScrapeRecord
+    ) -> dict[str, bool]:
+        """``record_scrape``'s write in the transaction of ``connection``, by a statement
+        compiled once; the target's source states after it, for the write cache once
+        the transaction commits."""
+        up_by_source, changes = self._scrape_record(connection, target_id, scrape)
+        if _UPDATE_TARGET.execute(connection, target_id, changes) == 0:
+            raise _TargetGone(scrape.target)
+        return up_by_source
+
+    def _scrape_record(
+        self, session: Executor, target_id: int, scrape: ScrapeRecord
+    ) -> tuple[dict[str, bool], dict[str, Any]]:
+        """Write the transition of ``scrape``'s source when its state changes; the
+        target's source states after the scrape, and its row's changes."""
+        ok = scrape.error_kind is None
+        up_by_source = self._source_up.get(target_id)
+        # Another deciding source (a fleet-mode and a direct collector of one
+        # target) may be written by another process: its cached state may be old.
+        if up_by_source is None or any(
+            other != scrape.source and scrape_decides(scrape.kind, other) for other in up_by_source
+        ):
+            up_by_source = self._source_states(session, [target_id]).get(target_id, {})
+        if up_by_source.get(scrape.source) != ok:
+            transition = TargetTransition(
+                scrape.target, scrape.source, scrape.started_at, ok, scrape.error_kind,
+                scrape.error,
+            )  # fmt: skip
+            values = record_values(transition, skip=("target",))
+            session.execute(_INSERT_TRANSITION, [{"target_id": target_id, **values}])
+        up_by_source = {**up_by_source, scrape.source: ok}
+        return up_by_source, _scrape_changes(scrape, up_by_source)
 
     def record_endpoints(self, target: str, *, url: str, metrics_url: str) -> None:
         """Keep where the Triton ``target`` is scraped, for commands that are given only
@@ -146,10 +156,7 @@ class TargetsMixin(Database):
             stmt = select(*columns(TargetRow)).order_by(TargetRow.name)
             rows = session.execute(stmt).mappings().all()
             states = self._source_states(session, [r["id"] for r in rows])
-            return [
-                _target_state(r, {s: t.up for s, t in states.get(r["id"], {}).items()})
-                for r in rows
-            ]
+            return [_target_state(r, states.get(r["id"], {})) for r in rows]
 
     def transitions(
         self, target: str, *, source: str | None = None, since: float | None = None
@@ -202,7 +209,7 @@ class TargetsMixin(Database):
     # ------------------------------------------------------------------ internals
 
     def _target_id(
-        self, session: Session, name: str, kind: str, known: list[Callable[[], None]]
+        self, session: Executor, name: str, kind: str, known: list[Callable[[], None]]
     ) -> int:
         """The id of target ``name`` from the write cache, or ``_ensure_target``'s
         (cached through ``known`` once the write commits)."""
@@ -214,7 +221,7 @@ class TargetsMixin(Database):
 
     def _write_server_version(
         self,
-        session: Session,
+        session: Executor,
         target_id: int,
         version: str,
         known: list[Callable[[], None]],
@@ -229,7 +236,7 @@ class TargetsMixin(Database):
         session.execute(stmt)
         known.append(functools.partial(self._server_versions.__setitem__, target_id, version))
 
-    def _ensure_target(self, session: Session, name: str, kind: str) -> int:
+    def _ensure_target(self, session: Executor, name: str, kind: str) -> int:
         """The id of target ``name``, created with ``kind`` if new, locked for the
         rest of the transaction on PostgreSQL so writers of one target serialise."""
         stmt = select(TargetRow.id).where(TargetRow.name == name).with_for_update()
@@ -246,9 +253,10 @@ class TargetsMixin(Database):
         return target_id
 
     def _source_states(
-        self, session: Session, target_ids: Sequence[int]
-    ) -> dict[int, dict[str, TransitionRow]]:
-        """The latest transition of every (target, source), i.e. its current state."""
+        self, session: Executor, target_ids: Sequence[int]
+    ) -> dict[int, dict[str, bool]]:
+        """Whether the latest scrape of every (target, source) succeeded (the latest
+        transition's ``up``): its current state."""
         if not target_ids:
             return {}
         latest = (
@@ -256,9 +264,12 @@ class TargetsMixin(Database):
             .where(TransitionRow.target_id.in_(target_ids))
             .group_by(TransitionRow.target_id, TransitionRow.source)
         )
-        states: dict[int, dict[str, TransitionRow]] = defaultdict(dict)
-        for t in session.scalars(select(TransitionRow).where(TransitionRow.id.in_(latest))):
-            states[t.target_id][t.source] = t
+        stmt = select(TransitionRow.target_id, TransitionRow.source, TransitionRow.up).where(
+            TransitionRow.id.in_(latest)
+        )
+        states: dict[int, dict[str, bool]] = defaultdict(dict)
+        for target_id, source, up in session.execute(stmt):
+            states[target_id][source] = up
         return states
 
 
@@ -269,37 +280,28 @@ class _TargetGone(LookupError):
         super().__init__(f"target {name!r} is no longer in the store; written again next time")
 
 
-def _scrape_changes(
-    kind: str,
-    source: str,
-    ok: bool,
-    up_by_source: dict[str, bool],
-    started_at: float,
-    duration_s: float,
-    error_kind: str | None,
-    error: str | None,
-    *,
-    interval_s: float | None,
-    first_in_run: bool,
-) -> dict[str, Any]:
-    """The column changes of a target's row for one scrape (see ``record_scrape``)."""
+def _scrape_changes(scrape: ScrapeRecord, up_by_source: dict[str, bool]) -> dict[str, Any]:
+    """The column changes of a target's row for one scrape (see ``record_scrape``);
+    ``INCREMENT`` adds one to the stored count."""
+    kind, source = scrape.kind, scrape.source
     changes: dict[str, Any] = {"kind": kind}
-    if interval_s is not None and interval_s > 0:
-        changes["interval_s"] = interval_s
+    if scrape.interval_s is not None and scrape.interval_s > 0:
+        changes["interval_s"] = scrape.interval_s
     if not scrape_decides(kind, source):
         return changes
-    failures: Any = 0 if first_in_run else _TARGETS.c.consecutive_failures
     up = target_up(kind, up_by_source)
-    changes.update(last_scrape_at=started_at, last_duration_s=duration_s, up=up)
-    if not ok:
+    changes.update(last_scrape_at=scrape.started_at, last_duration_s=scrape.duration_s, up=up)
+    if scrape.error_kind is not None:
         changes.update(
-            consecutive_failures=failures + 1, last_error_kind=error_kind, last_error=error
+            consecutive_failures=1 if scrape.first_in_run else INCREMENT,
+            last_error_kind=scrape.error_kind,
+            last_error=scrape.error,
         )
     else:
-        changes["last_seen_at"] = started_at
+        changes["last_seen_at"] = scrape.started_at
         if up:
             changes.update(consecutive_failures=0, last_error_kind=None, last_error=None)
-        elif first_in_run:
+        elif scrape.first_in_run:
             changes["consecutive_failures"] = 0
     return changes
 

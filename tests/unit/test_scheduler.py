@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.pool import NullPool
 
 from collector.analysis.rates import rates_between
 from collector.config import Settings, target_from_url
@@ -498,3 +500,74 @@ def test_a_periodic_job_survives_any_exception() -> None:
     finally:
         periodic.stop()
         assert periodic.join(2.0)
+
+
+# ------------------------------------------------------------------ one write per scrape
+
+
+def test_a_triton_scrape_is_written_in_one_transaction(tmp_path: Path, healthy_url: str) -> None:
+    target = target_from_url(healthy_url, healthy_url + "/metrics", name="triton-a")
+    settings = Settings(targets=(target,), db_url=f"sqlite:///{tmp_path}/o.db", interval_s=1.0)
+    store = Store(settings.db_url)
+    now = [1000.0]
+    source = TritonSource(target, timeout_s=2.0)
+    service = CollectorService(settings, store, [source], clock=lambda: now[0])
+    begins: list[object] = []
+
+    def began(connection: object) -> None:
+        begins.append(connection)
+
+    try:
+        assert service.run_source(source)
+        now[0] += 1.0
+        event.listen(store._engine, "begin", began)  # noqa: SLF001
+        assert service.run_source(source)
+        event.remove(store._engine, "begin", began)  # noqa: SLF001
+        assert len(begins) == 1  # the samples, the rates and the scrape's record
+        [state] = store.targets()
+        assert (state.up, state.consecutive_failures, state.last_scrape_at) == (True, 0, 1001.0)
+        assert state.last_duration_s is not None and state.last_duration_s > 0
+        assert (state.url, state.interval_s) == (healthy_url, 1.0)
+        assert [t.up for t in store.transitions("triton-a")] == [True]
+        [_, rated] = store.model_samples(model="resnet50")
+        assert rated.rates is not None
+    finally:
+        store.close()
+        source.close()
+
+
+def test_a_scrape_whose_write_fails_is_recorded_as_failed(tmp_path: Path, healthy_url: str) -> None:
+    target = target_from_url(healthy_url, healthy_url + "/metrics", name="triton-a")
+    settings = Settings(targets=(target,), db_url=f"sqlite:///{tmp_path}/f.db", interval_s=1.0)
+    store = Store(settings.db_url)
+    now = [1000.0]
+    source = TritonSource(target, timeout_s=2.0)
+    service = CollectorService(settings, store, [source], clock=lambda: now[0])
+    try:
+        assert service.run_source(source)
+        # Another client deletes the models whose ids the store's write cache holds.
+        other = create_engine(settings.db_url, poolclass=NullPool)
+        with other.begin() as conn:
+            conn.execute(text("DELETE FROM model_samples"))
+            conn.execute(text("DELETE FROM models"))
+        other.dispose()
+        now[0] += 1.0
+        assert not service.run_source(source)
+        [state] = store.targets()
+        assert (state.up, state.consecutive_failures, state.last_error_kind) == (
+            False,
+            1,
+            "internal",
+        )
+        assert (state.last_error or "").startswith("IntegrityError")
+        assert store.model_samples() == []
+        assert service.health(source).consecutive_failures == 1
+        now[0] += 5.0  # past the backoff: written again, the models found again
+        assert service.run_source(source)
+        [state] = store.targets()
+        assert (state.up, state.consecutive_failures, state.last_error) == (True, 0, None)
+        assert [t.up for t in store.transitions("triton-a")] == [True, False, True]
+        assert len(store.model_samples(model="resnet50")) == 1  # this scrape's
+    finally:
+        store.close()
+        source.close()
