@@ -66,7 +66,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
     from alerts.runtime import AlertsInProcess
     from collector.analysis.detect import detector_job, detector_settings
-    from collector.scheduler import CollectorService, build_sources
+    from collector.scheduler import CollectorService, build_sources, store_pool_size
     from collector.sources import SOURCES
     from collector.store import Store
 
@@ -75,7 +75,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     )
     require_targets(settings)
     detectors = detector_job(detector_settings(settings.analysis))
-    store = Store(settings.db_url)
+    store = Store(settings.db_url, pool_size=store_pool_size(settings, other_threads=1))  # + alerts
     try:
         store.open()  # a database that cannot be opened is one line now, not a log per scrape
         alerting = AlertsInProcess(store, settings)  # the rules after the detectors
@@ -123,6 +123,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
+    from collector.scheduler import store_pool_size
     from collector.store import Store
 
     if args.slo_p95_ms is not None and args.slo_p95_ms <= 0:
@@ -144,7 +145,11 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"file_sd": (), "shard": None})
     # Observing live writes the samples (into a new store if need be); recommending
     # from stored samples needs a store that holds some.
-    store = Store(settings.db_url) if args.triton else existing_store(settings.db_url)
+    store = (
+        Store(settings.db_url, pool_size=store_pool_size(settings, analyses=False))
+        if args.triton
+        else existing_store(settings.db_url)
+    )
     try:
         if args.triton:
             _observe(settings, store, args.observe)

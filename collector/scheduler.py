@@ -34,7 +34,14 @@ from collector.sources import SOURCES
 from collector.sources.base import Record, Source
 from collector.store import ScrapeRecord, Store
 
-__all__ = ["CollectorService", "SourceHealth", "build_sources", "target_sources"]
+__all__ = [
+    "CollectorService",
+    "SourceHealth",
+    "build_sources",
+    "collector_jobs",
+    "store_pool_size",
+    "target_sources",
+]
 
 log = logging.getLogger("batchscope.collector")
 # Waiting at shutdown: for the scrapes in flight (past their own timeout), and for an
@@ -67,6 +74,35 @@ def build_sources(settings: Settings) -> list[Source]:
         else:
             sources.append(spec.factory(settings, None))
     return sources
+
+
+def _runs_store_jobs(settings: Settings) -> bool:
+    shard = settings.shard_of
+    return shard is None or shard[0] == 0
+
+
+def collector_jobs(settings: Settings, *, analyses: bool) -> list[str]:
+    """The periodic jobs a collector with ``settings`` runs beside its scrapes, each on
+    a thread of its own: the analyses (when it has some) and housekeeping where the
+    store-wide jobs run (``CollectorService.runs_store_jobs``), the file_sd refresh
+    where file_sd files are read."""
+    jobs = []
+    if _runs_store_jobs(settings):
+        jobs += ["analysis"] if analyses else []
+        jobs.append("housekeeping")
+    if settings.file_sd:
+        jobs.append("file_sd")
+    return jobs
+
+
+def store_pool_size(settings: Settings, *, analyses: bool = True, other_threads: int = 0) -> int:
+    """How many connections the store of a collector with ``settings`` keeps: one for
+    each thread that may use it at once (every scrape worker, every job of
+    ``collector_jobs``, and the caller's ``other_threads``: a UI's, an exporter's), so
+    no scrape's write waits for a connection."""
+    return (
+        settings.scrape_workers + len(collector_jobs(settings, analyses=analyses)) + other_threads
+    )
 
 
 @dataclass
@@ -449,8 +485,7 @@ class CollectorService:
     def runs_store_jobs(self) -> bool:
         """Whether the store-wide jobs (analyses, rollup, retention) run here: in the
         only collector, or in shard 0 of several."""
-        shard = self.settings.shard_of
-        return shard is None or shard[0] == 0
+        return _runs_store_jobs(self.settings)
 
     def start(self) -> None:
         settings = self.settings
@@ -467,18 +502,17 @@ class CollectorService:
             sources = list(self.sources)
         for source in sources:
             self._loop.add(source)
-        jobs: list[PeriodicJob] = []
-        if self.runs_store_jobs:
-            if self.analyses:
-                jobs.append(PeriodicJob("analysis", settings.analysis_every_s, self.run_analyses))
-            jobs.append(
-                PeriodicJob("housekeeping", settings.retention.every_s, self.run_housekeeping)
-            )
-        if self._file_sd is not None:
-            jobs.append(PeriodicJob("file_sd", settings.file_sd_refresh_s, self.refresh_targets))
-        self._jobs = jobs
+        runs = {
+            "analysis": (settings.analysis_every_s, self.run_analyses),
+            "housekeeping": (settings.retention.every_s, self.run_housekeeping),
+            "file_sd": (settings.file_sd_refresh_s, self.refresh_targets),
+        }
+        self._jobs = [
+            PeriodicJob(name, *runs[name])
+            for name in collector_jobs(settings, analyses=bool(self.analyses))
+        ]
         self._loop.start()
-        for job in jobs:
+        for job in self._jobs:
             job.start()
 
     def _due(self, source: Source) -> bool:
@@ -495,7 +529,8 @@ class CollectorService:
 
     def _close_source(self, source: Source) -> None:
         """Close ``source`` (no scrape of it runs now); when file_sd dropped its target,
-        the target's retry state and counter samples go too (unless it came back)."""
+        the target's retry state and counter samples go too (unless it came back), and
+        what the store keeps in memory about it once none of its sources is left."""
         self._close(source)
         if self._retired.pop(id(source), None) is None:
             return
@@ -508,6 +543,9 @@ class CollectorService:
                 del self._previous[key]
             self._seen.pop(source.target, None)
             self._intervals.pop(source.target, None)
+        # Once its last source is closed, the store's write cache lets it go too.
+        if not any(s.target == source.target for s in list(self._retired.values())):
+            self.store.forget_target(source.target)
 
     def counts(self) -> LoopCounts:
         """What the scrape loop did since start (zeros before)."""

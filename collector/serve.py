@@ -19,7 +19,7 @@ from alerts.runtime import AlertsInProcess
 from collector.analysis.detect import detector_job, detector_settings
 from collector.analysis.recommend import recommender_job
 from collector.config import Settings
-from collector.scheduler import CollectorService, build_sources
+from collector.scheduler import CollectorService, build_sources, store_pool_size
 from collector.store import Store
 
 __all__ = ["Service", "analysis_jobs", "every", "http_url"]
@@ -80,7 +80,10 @@ class Service:
 
         self.settings = settings
         # The one store (one engine) of the process: collector, analyses, UI and Apply.
-        self.store = Store(settings.db_url)
+        # Its pool: the collector's threads, the UI's and the alerts' delivery.
+        self.store = Store(
+            settings.db_url, pool_size=store_pool_size(settings, other_threads=threads + 1)
+        )
         self.alerts = AlertsInProcess(self.store, settings)
         self.collector = CollectorService(
             settings,

@@ -34,7 +34,7 @@ from collector.config import Settings
 from collector.exporter.collectors import SnapshotCollector
 from collector.exporter.keeper import SnapshotKeeper
 from collector.exporter.snapshot import ExporterSnapshot, batchscope_version, take_snapshot
-from collector.scheduler import CollectorService, build_sources
+from collector.scheduler import CollectorService, build_sources, store_pool_size
 from collector.serve import analysis_jobs, http_url
 from collector.store import Store
 
@@ -65,7 +65,11 @@ class Exporter:
 
     def __init__(self, settings: Settings, *, host: str, port: int, threads: int = 4) -> None:
         self.settings = settings
-        self.store = Store(settings.db_url)
+        # Its pool: the collector's threads, the HTTP server's, the snapshots' and the
+        # alerts' delivery.
+        self.store = Store(
+            settings.db_url, pool_size=store_pool_size(settings, other_threads=threads + 2)
+        )
         # The analysis gauges cover the detectors' window, so they match the findings.
         self.window_s = detector_settings(settings.analysis).window_s
         self.alerts = AlertsInProcess(self.store, settings)

@@ -15,12 +15,12 @@ from typing import Any, ClassVar
 
 import pytest
 from sqlalchemy import create_engine, event, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import NullPool, QueuePool
 
 from collector.analysis.rates import rates_between
 from collector.config import Settings, target_from_url
 from collector.records import HostFacts, ProcessSample
-from collector.scheduler import CollectorService
+from collector.scheduler import CollectorService, collector_jobs, store_pool_size
 from collector.sources.triton import TritonSource
 from collector.store import Store
 from tests.support import wait_until
@@ -571,3 +571,88 @@ def test_a_scrape_whose_write_fails_is_recorded_as_failed(tmp_path: Path, health
     finally:
         store.close()
         source.close()
+
+
+# ------------------------------------------------------------------ the store of a collector
+
+
+def test_the_store_pool_has_a_connection_for_each_thread_of_the_collector() -> None:
+    plain = Settings(scrape_workers=16)
+    assert collector_jobs(plain, analyses=True) == ["analysis", "housekeeping"]
+    assert store_pool_size(plain) == 18
+    assert store_pool_size(plain, analyses=False, other_threads=8) == 16 + 1 + 8
+    fleet = Settings(scrape_workers=4, file_sd=("fleet/*.json",), shard="1/2")
+    assert collector_jobs(fleet, analyses=True) == ["file_sd"]  # no store-wide jobs here
+    assert store_pool_size(fleet) == 5
+    first = fleet.model_copy(update={"shard": "0/2"})
+    assert store_pool_size(first) == 4 + 3
+
+
+@pytest.mark.postgres
+def test_scrape_workers_writing_at_once_do_not_wait_for_the_pool(pg_url: str) -> None:
+    settings = Settings(db_url=pg_url, scrape_workers=20, interval_s=1.0)
+    writers = store_pool_size(settings)  # the scrape workers and the jobs, all at once
+    with Store(pg_url, pool_size=writers) as store:
+        store.open()
+        # Each write holds its transaction until all of them have begun: only possible
+        # when the pool hands out that many connections together.
+        all_began = threading.Barrier(writers, timeout=20)
+
+        def began(_connection: object) -> None:
+            all_began.wait()
+
+        event.listen(store._engine, "begin", began)  # noqa: SLF001
+        errors: list[BaseException] = []
+
+        def write(i: int) -> None:
+            from collector.records import ModelMetrics, TritonSnapshot
+            from collector.store import ScrapeRecord
+
+            at = 1000.0 + i
+            snapshot = TritonSnapshot(f"t{i}", at, model_metrics=(ModelMetrics("m", "1"),))
+            try:
+                store.write_scrape(snapshot, {}, ScrapeRecord(f"t{i}", "triton", "triton", at, 0.1))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        event.remove(store._engine, "begin", began)  # noqa: SLF001
+        assert errors == []
+        pool = store._engine.pool  # noqa: SLF001
+        assert isinstance(pool, QueuePool)
+        assert pool.overflow() <= 0  # none past the pool's own connections
+        assert len(store.targets()) == writers
+
+
+def test_a_target_file_sd_dropped_is_forgotten_by_the_store(tmp_path: Path) -> None:
+    settings = Settings(db_url=f"sqlite:///{tmp_path}/d.db", interval_s=1.0)
+    store = Store(settings.db_url)
+    made: dict[str, _Snapshots] = {}
+
+    def factory(target: Any) -> list[Any]:
+        made[target.name] = _Snapshots(target.name)
+        return [made[target.name]]
+
+    service = CollectorService(settings, store, [], source_factory=factory)
+    a = target_from_url("http://a:8000", name="a:8000")
+    b = target_from_url("http://b:8000", name="b:8000")
+    try:
+        service.update_targets([a, b])
+        for source in made.values():
+            assert service.run_source(source)  # type: ignore[arg-type]
+        assert {"a:8000", "b:8000"} <= set(store._target_ids)  # noqa: SLF001
+        service.update_targets([b])  # not started: a's source is closed at once
+        assert made["a:8000"].closed
+        assert "a:8000" not in store._target_ids  # noqa: SLF001
+        assert "a:8000" not in store._target_locks  # noqa: SLF001
+        assert "b:8000" in store._target_ids  # noqa: SLF001
+        # Scraped again later, it is found again in the store.
+        service.update_targets([a, b])
+        assert service.run_source(made["a:8000"])  # type: ignore[arg-type]
+        assert len(store.model_samples(target="a:8000")) == 2
+    finally:
+        store.close()
