@@ -23,11 +23,12 @@ from collector.store.alerts import AlertsMixin
 from collector.store.findings import FindingsMixin
 from collector.store.rollups import RollupsMixin
 from collector.store.samples import SamplesMixin
+from collector.store.windows import WindowsMixin
 
 __all__ = ["Store"]
 
 
-class Store(SamplesMixin, RollupsMixin, FindingsMixin, AlertsMixin):
+class Store(SamplesMixin, RollupsMixin, FindingsMixin, AlertsMixin, WindowsMixin):
     """Typed storage of everything batchscope collects and concludes; see
     ``collector.store.engine.Database`` for the URL and when the database is opened."""
 
