@@ -194,3 +194,14 @@ def test_the_fast_json_encoder_reads_back_as_json_text(doc: Any, finite_only: bo
     if finite_only:
         assert "NaN" not in encoded.replace('"NaN"', "")
     assert json_encoder(finite_only)(None) is None
+
+
+def test_documents_with_any_characters_read_back(store: Store) -> None:
+    """What COPY (PostgreSQL) and the driver (SQLite) must escape reads back as written."""
+    reasons = {'a"b\\c\td\nü': 1.0, "": 2.0, "\\N": 3.0, "tab\there": 4.0}
+    metrics = replace(full_metrics(), request_failure_by_reason=reasons)
+    scrape = ScrapeRecord("t", "triton", "triton", T0, 0.1)
+    store.write_scrape(TritonSnapshot("t", T0, model_metrics=(metrics,)), {}, scrape)
+    [sample] = store.model_samples()
+    assert sample.metrics.request_failure_by_reason == reasons
+    assert sample.metrics == metrics
