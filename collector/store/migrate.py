@@ -15,6 +15,7 @@ Alembic command line as well (``env.py`` falls back to ``sqlalchemy.url``).
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -46,6 +47,9 @@ REVISION_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 REVISION_JSON = sa.JSON(none_as_null=True)
 # The integer types create_all gave ids and the references to them, per dialect.
 _ID_TYPES = {"sqlite": ("INTEGER", "INTEGER"), "postgresql": ("BIGSERIAL", "BIGINT")}
+# Alembic's commands install module-wide proxies (``alembic.context``, ``alembic.op``):
+# two stores of one process upgrading at once would run in each other's context.
+_ALEMBIC_LOCK = threading.Lock()
 
 
 def baseline_statements(dialect: str) -> list[str]:
@@ -74,9 +78,10 @@ def upgrade_to_head(connection: Connection) -> None:
     connection's transaction."""
     config = alembic_config(connection)
     tables = set(inspect(connection).get_table_names())
-    if "alembic_version" not in tables and "targets" in tables:
-        command.stamp(config, BASELINE_REVISION)
-    command.upgrade(config, "head")
+    with _ALEMBIC_LOCK:
+        if "alembic_version" not in tables and "targets" in tables:
+            command.stamp(config, BASELINE_REVISION)
+        command.upgrade(config, "head")
 
 
 def holds_store_schema(connection: Connection) -> bool:

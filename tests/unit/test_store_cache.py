@@ -174,3 +174,29 @@ def test_the_pool_keeps_as_many_connections_as_asked(db_url: str) -> None:
         assert pool.size() == 24
     with pytest.raises(ValueError, match="pool_size"):
         Store(db_url, pool_size=0)
+
+
+def test_stores_of_one_process_may_be_opened_at_once(tmp_path: Path) -> None:
+    """Each first open runs the migrations, whose context is module-wide in Alembic."""
+    stores = [Store(f"sqlite:///{tmp_path / f's{i}.db'}") for i in range(6)]
+    all_ready = threading.Barrier(len(stores))
+    errors: list[BaseException] = []
+
+    def open_(store: Store) -> None:
+        all_ready.wait()
+        try:
+            store.open()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        assert all(s.targets() == [] for s in stores)
+    finally:
+        for s in stores:
+            s.close()
