@@ -10,17 +10,39 @@ window of counters reads and returns each (target, model, version) as one record
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+import orjson
+from sqlalchemy import Text, cast, select
 
 from collector.records import MODEL_COUNTERS
 from collector.store.engine import Database
-from collector.store.schema import ModelRow, ModelSampleRow, TargetRow
+from collector.store.schema import BATCH_STAT_LAYOUT, ModelRow, ModelSampleRow, TargetRow
 
-__all__ = ["CounterReading", "CounterSeries", "WindowsMixin"]
+__all__ = ["BATCH_ENTRY", "BatchEntryLayout", "CounterReading", "CounterSeries", "WindowsMixin"]
+
+
+@dataclass(frozen=True)
+class BatchEntryLayout:
+    """Positions in one stored batch stats entry (``CounterReading.batch_stats``)."""
+
+    batch_size: int
+    input_ns: int
+    infer_count: int
+    infer_ns: int
+    output_ns: int
+
+
+BATCH_ENTRY = BatchEntryLayout(
+    batch_size=BATCH_STAT_LAYOUT.index("batch_size"),
+    input_ns=BATCH_STAT_LAYOUT.index("compute_input.ns"),
+    infer_count=BATCH_STAT_LAYOUT.index("compute_infer.count"),
+    infer_ns=BATCH_STAT_LAYOUT.index("compute_infer.ns"),
+    output_ns=BATCH_STAT_LAYOUT.index("compute_output.ns"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,15 +52,28 @@ class CounterReading:
     ``counters`` are the ``ModelMetrics`` counters in ``MODEL_COUNTERS`` order;
     ``stats_counts`` the statistics API's ``(execution_count, inference_count)``,
     ``None`` when the sample had no statistics entry (as ``ModelSample.stats``);
-    ``batch_stats`` its cumulative batch stats as stored, one entry per batch size in
-    ``schema.BATCH_STAT_LAYOUT`` order (empty without statistics or batch stats)."""
+    ``batch_stats_doc`` its stored batch stats document (see ``batch_stats``)."""
 
     collected_at: float
     counters: tuple[float, ...]
     failure_by_reason: Mapping[str, float]
     pending_request_count: float | None
     stats_counts: tuple[int, int] | None
-    batch_stats: Sequence[Sequence[int]]
+    batch_stats_doc: str | None
+
+    def batch_stats(self) -> Sequence[Sequence[int]]:
+        """The cumulative batch stats, one entry per batch size (positions:
+        ``BATCH_ENTRY``), as stored; empty without statistics or batch stats. Decoded
+        on each call: a window reads each once, and the decoded lists of every sample
+        of a fleet's window, kept, cost more in the garbage collector's passes over
+        them than their decoding."""
+        if self.stats_counts is None or self.batch_stats_doc is None:
+            return ()
+        try:
+            doc: Sequence[Sequence[int]] = orjson.loads(self.batch_stats_doc)
+        except orjson.JSONDecodeError:
+            doc = json.loads(self.batch_stats_doc)
+        return doc
 
 
 @dataclass(frozen=True)
@@ -51,15 +86,17 @@ class CounterSeries:
     readings: tuple[CounterReading, ...]
 
 
+# The JSON documents are selected as their text: SQLAlchemy's decoding of them cost
+# three times the rest of the read; they are decoded here (see ``_Documents``).
 _SAMPLE_COLUMNS = (
     ModelSampleRow.model_id,
     ModelSampleRow.collected_at,
     *(getattr(ModelSampleRow, name) for name in MODEL_COUNTERS),
-    ModelSampleRow.request_failure_by_reason,
+    cast(ModelSampleRow.request_failure_by_reason, Text).label("failures_text"),
     ModelSampleRow.pending_request_count,
     ModelSampleRow.stats_inference_count,
     ModelSampleRow.stats_execution_count,
-    ModelSampleRow.batch_stats,
+    cast(ModelSampleRow.batch_stats, Text).label("batch_stats_text"),
 )
 _COUNTERS_END = 2 + len(MODEL_COUNTERS)
 
@@ -84,12 +121,13 @@ class WindowsMixin(Database):
         with self._read() as session:
             rows = session.execute(samples_stmt).all()
             names = {row[0]: (row[1], row[2], row[3]) for row in session.execute(names_stmt)}
+        documents = _Documents()
         by_model: dict[int, list[CounterReading]] = {}
         for row in rows:
             readings = by_model.get(row[0])
             if readings is None:
                 readings = by_model[row[0]] = []
-            readings.append(_reading(row))
+            readings.append(documents.reading(row))
         series = [
             CounterSeries(*names[model_id], tuple(readings))
             for model_id, readings in by_model.items()
@@ -98,15 +136,35 @@ class WindowsMixin(Database):
         return series
 
 
-def _reading(row: Sequence[Any]) -> CounterReading:
-    """A reading from a row of ``_SAMPLE_COLUMNS``, its values read as
-    ``sample_rows.model_sample_from`` reads them."""
-    failures, pending, inference_count, execution_count, batch_stats = row[_COUNTERS_END:]
-    return CounterReading(
-        collected_at=row[1],
-        counters=tuple(row[2:_COUNTERS_END]),
-        failure_by_reason=failures,
-        pending_request_count=pending,
-        stats_counts=None if inference_count is None else (execution_count or 0, inference_count),
-        batch_stats=(batch_stats or ()) if inference_count is not None else (),
-    )
+class _Documents:
+    """Decodes the JSON documents of a read's rows as ``json.loads`` does (SQLAlchemy's
+    ``JSON`` type, what ``model_samples`` reads them with). A failures document is
+    decoded once per distinct text (most scrapes repeat the previous one). Batch stats
+    are decoded when read (``CounterReading.batch_stats``): integers only, by orjson,
+    which reads integers as ``json.loads`` does (one it refuses, e.g. past 64 bits, is
+    read by ``json.loads``)."""
+
+    def __init__(self) -> None:
+        self._failures: dict[str, Mapping[str, float]] = {}
+
+    def failures(self, text: str | None) -> Mapping[str, float]:
+        if text is None:
+            return {}
+        doc = self._failures.get(text)
+        if doc is None:
+            doc = self._failures[text] = json.loads(text)
+        return doc
+
+    def reading(self, row: Sequence[Any]) -> CounterReading:
+        """A reading from a row of ``_SAMPLE_COLUMNS``, its values read as
+        ``sample_rows.model_sample_from`` reads them."""
+        failures, pending, inference_count, execution_count, batch_stats = row[_COUNTERS_END:]
+        has_stats = inference_count is not None
+        return CounterReading(
+            collected_at=row[1],
+            counters=tuple(row[2:_COUNTERS_END]),
+            failure_by_reason=self.failures(failures),
+            pending_request_count=pending,
+            stats_counts=(execution_count or 0, inference_count) if has_stats else None,
+            batch_stats_doc=batch_stats if has_stats else None,
+        )

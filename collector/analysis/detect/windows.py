@@ -1,7 +1,9 @@
 """What one evaluation of the detectors looks at: the last ``window_s`` seconds of the
 store, reduced to a typed window per subject (a ``ModelWindow`` per (target, model),
 a ``DeviceWindow`` per GPU or MIG instance). Rates come from
-``collector.analysis.rates``; the store is read through its methods (no SQL here)."""
+``collector.analysis.rates``, a model's from its lean readings
+(``Store.counter_series``, see ``increases``); the store is read through its methods
+(no SQL here)."""
 
 from __future__ import annotations
 
@@ -10,18 +12,18 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from collector.analysis.detect.increases import series_increase
 from collector.analysis.detect.settings import DetectorSettings
 from collector.analysis.health import is_fresh, scrape_interval_s
 from collector.analysis.rates import (
     gauge_max,
     gauge_mean,
     merge_over_series,
-    sum_batch_stats,
-    window_batch_stats,
-    window_rates,
+    rates_from_increase,
 )
-from collector.records import ModelConfig, ModelRates, ModelSample
+from collector.records import ModelConfig, ModelRates
 from collector.store import Store, StoredDevice, StoredProcess
+from collector.store.windows import CounterReading
 
 
 @dataclass(frozen=True)
@@ -112,15 +114,12 @@ def read_window(
     def fresh(target: str, newest: float) -> bool:
         return is_fresh(newest, now, scrape_interval_s(targets.get(target)))
 
-    series: dict[tuple[str, str], dict[str, list[ModelSample]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    for s in store.model_samples(since=start, until=now):
-        series[(s.target, s.model)][s.version].append(s)
-    for (target, _), versions in series.items():
-        for version, rows in list(versions.items()):
-            if not fresh(target, max(r.collected_at for r in rows)):
-                del versions[version]
+    # Each series' readings, oldest first, of the versions still fresh.
+    series: dict[tuple[str, str], dict[str, Sequence[CounterReading]]] = defaultdict(dict)
+    for s in store.counter_series(since=start, until=now):
+        versions = series[(s.target, s.model)]
+        if fresh(s.target, s.readings[-1].collected_at):
+            versions[s.version] = s.readings
     models = tuple(
         mw
         for (target, model), versions in sorted(series.items())
@@ -148,7 +147,7 @@ def read_window(
 def _model_window(
     target: str,
     model: str,
-    versions: Mapping[str, Sequence[ModelSample]],
+    versions: Mapping[str, Sequence[CounterReading]],
     config: ModelConfig | None,
     settings: DetectorSettings,
 ) -> ModelWindow | None:
@@ -156,8 +155,9 @@ def _model_window(
     if not used:
         return None
     instance_count = max(config.instance_count, 1) if config else None
+    increases = [series_increase(s) for s in used.values()]
     rates = merge_over_series(
-        [r for s in used.values() if (r := window_rates(s, instance_count=instance_count))]
+        [rates_from_increase(i.increase, instance_count=instance_count) for i in increases]
     )
     if rates is None:
         return None
@@ -175,23 +175,24 @@ def _model_window(
         pending_mean=_sum_known(p[0] for p in pending),
         pending_last=_sum_known(p[1] for p in pending),
         pending_slope_per_s=_sum_known(p[2] for p in pending),
-        batch_executions=_batch_executions(used.values()),
+        batch_executions=_batch_executions(i.batch_executions for i in increases),
     )
 
 
-def _batch_executions(series: Iterable[Sequence[ModelSample]]) -> dict[int, int]:
+def _batch_executions(series: Iterable[Mapping[int, int]]) -> dict[int, int]:
     """Executions per executed batch size over the window, summed over ``series``."""
     executions: dict[int, int] = defaultdict(int)
-    for b in sum_batch_stats(window_batch_stats(samples) for samples in series):
-        executions[b.batch_size] += b.exec_count
+    for by_size in series:
+        for size, count in by_size.items():
+            executions[size] += count
     return dict(sorted(executions.items()))
 
 
-def _pending(samples: Sequence[ModelSample]) -> tuple[float | None, float | None, float | None]:
+def _pending(
+    readings: Sequence[CounterReading],
+) -> tuple[float | None, float | None, float | None]:
     """Mean, last value and least-squares slope (per second) of the pending gauge."""
-    points = [
-        (s.collected_at, p) for s in samples if (p := s.metrics.pending_request_count) is not None
-    ]
+    points = [(r.collected_at, p) for r in readings if (p := r.pending_request_count) is not None]
     mean = gauge_mean(p for _, p in points)
     if mean is None:
         return None, None, None

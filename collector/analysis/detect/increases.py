@@ -1,0 +1,136 @@
+"""The increases of one series over a window, from its lean readings
+(``Store.counter_series``), in one pass over its sample pairs.
+
+Exactly what ``collector.analysis.rates`` makes of the same samples read as
+``ModelSample`` records: ``window_rates`` (``counter_increase`` of every pair, added up
+by ``CounterIncrease.total``, the same float operations in the same order) and the
+executions per batch size of ``window_batch_stats``; the tests hold the two to equal
+results. Here no record is built per pair or per batch size, and each sample's batch
+stats are decoded once: over a fleet's window the records cost most of an evaluation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from collector.analysis.rates import CounterIncrease, rates_from_increase
+from collector.records import MODEL_COUNTERS, ModelRates
+from collector.store.windows import BATCH_ENTRY, CounterReading
+
+__all__ = ["SeriesIncrease", "series_increase", "series_rates"]
+
+# The counters whose going down is a restart (``rates.metrics_reset``), by position in
+# ``CounterReading.counters``.
+_CORE_AT = tuple(
+    MODEL_COUNTERS.index(name)
+    for name in (
+        "request_success",
+        "inference_count",
+        "exec_count",
+        "request_duration_us",
+        "queue_duration_us",
+        "compute_infer_duration_us",
+    )
+)
+_SIZE = BATCH_ENTRY.batch_size
+_COUNT = BATCH_ENTRY.infer_count
+_NS_AT = (BATCH_ENTRY.input_ns, BATCH_ENTRY.infer_ns, BATCH_ENTRY.output_ns)
+
+_BatchEntries = Sequence[Sequence[int]]
+
+
+@dataclass(frozen=True)
+class SeriesIncrease:
+    """A series' summed increases over its window (as ``CounterIncrease.total`` of
+    ``counter_increase`` over every pair) and its executions per executed batch size
+    (as ``window_batch_stats``; sizes with none are absent)."""
+
+    increase: CounterIncrease
+    batch_executions: Mapping[int, int]
+
+
+def series_rates(
+    readings: Sequence[CounterReading], *, instance_count: int | None = None
+) -> ModelRates | None:
+    """``rates.window_rates`` of the same samples; ``None`` with fewer than two."""
+    if len(readings) < 2:
+        return None
+    return rates_from_increase(series_increase(readings).increase, instance_count=instance_count)
+
+
+def series_increase(readings: Sequence[CounterReading]) -> SeriesIncrease:
+    """The increases over every consecutive pair of ``readings`` (oldest first)."""
+    seconds = 0.0
+    sums = [0.0] * len(MODEL_COUNTERS)
+    failures: dict[str, float] = {}
+    batch_ns: float | None = None
+    executions: dict[int, int] = {}
+    resets = 0
+    prev_entries: _BatchEntries = readings[0].batch_stats() if readings else ()
+    for prev, cur in zip(readings, readings[1:], strict=False):
+        pc, cc = prev.counters, cur.counters
+        reset = any(cc[i] < pc[i] for i in _CORE_AT)
+        ps, cs = prev.stats_counts, cur.stats_counts
+        reloaded = ps is not None and cs is not None and (cs[0] < ps[0] or cs[1] < ps[1])
+        seconds += max(cur.collected_at - prev.collected_at, 0.0)
+        for i, (before, now) in enumerate(zip(pc, cc, strict=True)):
+            sums[i] += now if reset or now < before else now - before
+        _add_failures(failures, prev.failure_by_reason, cur.failure_by_reason, reset)
+        if reset or reloaded:
+            resets += 1
+        cur_entries = cur.batch_stats()
+        if cs is not None:
+            # A pair after a sample without statistics, or across a restart or reload,
+            # counts the batch stats from zero.
+            counted = ps is None or reset or reloaded
+            ns = _add_batches(executions, () if counted else prev_entries, cur_entries)
+            batch_ns = (batch_ns or 0.0) + float(ns)
+        prev_entries = cur_entries
+    increase = CounterIncrease(
+        seconds=seconds,
+        counters=dict(zip(MODEL_COUNTERS, sums, strict=True)),
+        failure_by_reason=failures,
+        batch_compute_ns=batch_ns,
+        resets=resets,
+    )
+    return SeriesIncrease(increase, dict(sorted(executions.items())))
+
+
+def _add_failures(
+    totals: dict[str, float],
+    prev: Mapping[str, float],
+    cur: Mapping[str, float],
+    reset: bool,
+) -> None:
+    """Add one pair's failure increases by reason (``rates.counter_increase``)."""
+    for reason, value in cur.items():
+        before = prev.get(reason, 0.0)
+        increase = value if reset or value < before else value - before
+        totals[reason] = totals.get(reason, 0.0) + increase
+
+
+def _add_batches(executions: dict[int, int], prev: _BatchEntries, cur: _BatchEntries) -> int:
+    """Add one pair's executions per batch size to ``executions`` (as
+    ``rates.batch_stats_increase``) and return its batch compute time in ns (as
+    ``rates.counter_increase``'s). A size whose count went down, or new, counts from
+    zero; one whose count did not change adds nothing."""
+    before = {entry[_SIZE]: entry for entry in prev}
+    total_ns = 0
+    for entry in cur:
+        count = entry[_COUNT]
+        p = before.get(entry[_SIZE])
+        if p is None or count < p[_COUNT]:
+            if count > 0:
+                size = entry[_SIZE]
+                executions[size] = executions.get(size, 0) + count
+                total_ns += entry[_NS_AT[0]] + entry[_NS_AT[1]] + entry[_NS_AT[2]]
+        elif count > p[_COUNT]:
+            size = entry[_SIZE]
+            executions[size] = executions.get(size, 0) + count - p[_COUNT]
+            total_ns += (
+                max(entry[_NS_AT[0]] - p[_NS_AT[0]], 0)
+                + max(entry[_NS_AT[1]] - p[_NS_AT[1]], 0)
+                + max(entry[_NS_AT[2]] - p[_NS_AT[2]], 0)
+            )
+    return total_ns
