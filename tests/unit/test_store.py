@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,20 +56,6 @@ QUEUE_FINDING = Finding(
     T0 + 60,
     {"queue_share": 0.6},
 )
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'batchscope.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = Store(db_url)
-    yield s
-    s.close()
 
 
 # --------------------------------------------------------------------------- records

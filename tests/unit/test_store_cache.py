@@ -5,7 +5,6 @@ leaves nothing behind; on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,20 +19,6 @@ from collector.store import Store, TargetState
 from tests.unit.test_store import full_metrics, full_stats, scrape
 
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'batchscope.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = Store(db_url)
-    yield s
-    s.close()
 
 
 def _sql(db_url: str, *statements: str) -> list[tuple[object, ...]]:

@@ -4,11 +4,8 @@ back exactly, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
-import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -17,20 +14,6 @@ from collector.store import Store
 from tests.unit.test_store import full_metrics, full_rates, full_stats
 
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'batchscope.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = Store(db_url)
-    yield s
-    s.close()
 
 
 def _stored_batch_stats(db_url: str) -> list[str | None]:

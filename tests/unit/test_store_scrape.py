@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,20 +21,6 @@ from collector.store.bulk import json_encoder, json_text
 from tests.unit.test_store import full_metrics, full_rates, full_stats
 
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'batchscope.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = Store(db_url)
-    yield s
-    s.close()
 
 
 def _snapshot(target: str, at: float) -> TritonSnapshot:
