@@ -2,7 +2,8 @@
 ``detect.increases``): the windows, and so the findings, are exactly those of the full
 path (``Store.model_samples`` and ``collector.analysis.rates``), across counter
 resets, statistics reloads, samples without statistics, several versions, new batch
-sizes, failure reasons and stale targets, on SQLite and PostgreSQL."""
+sizes, failure reasons and stale targets, on SQLite and PostgreSQL (the ``store``
+fixture of ``tests/unit/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -242,20 +243,6 @@ def _fill(store: Store, seed: int) -> float:
                 error_kind=None, error=None, interval_s=1.0,
             )  # fmt: skip
     return at
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    url = (
-        f"sqlite:///{tmp_path / 'w.db'}"
-        if request.param == "sqlite"
-        else str(request.getfixturevalue("pg_url"))
-    )
-    s = Store(url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
