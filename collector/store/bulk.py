@@ -257,7 +257,14 @@ def _copy(connection: Connection, sql: str, rows: list[tuple[Any, ...]]) -> None
             for row in rows:
                 copy.write_row(row)
     except dbapi_error as err:
-        raise DBAPIError.instance(sql, None, err, dbapi_error, dialect=dialect) from err
+        # As SQLAlchemy's own execution does: a connection the server dropped is not
+        # handed back to the pool for the next write.
+        lost = dialect.is_disconnect(err, driver, None)
+        if lost:
+            connection.invalidate(err)
+        raise DBAPIError.instance(
+            sql, None, err, dbapi_error, connection_invalidated=lost, dialect=dialect
+        ) from err
 
 
 class KeyedUpdate:

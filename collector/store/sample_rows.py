@@ -20,6 +20,7 @@ __all__ = [
     "batch_stats_values",
     "config_values",
     "device_values",
+    "failure_counts",
     "MODEL_SAMPLE_LAYOUT",
     "model_sample_from",
     "model_sample_row",
@@ -31,8 +32,21 @@ _STAT_DURATIONS = tuple(f.name for f in fields(records.ModelStats) if f.type == 
 _METRIC_FIELDS = tuple(
     f.name
     for f in fields(records.ModelMetrics)
-    if f.name not in ("model", "version", "summary_quantiles_us", "histogram_buckets")
+    if f.name
+    not in (
+        "model",
+        "version",
+        "request_failure_by_reason",
+        "summary_quantiles_us",
+        "histogram_buckets",
+    )
 )
+
+
+def failure_counts(document: Mapping[str, Any] | None) -> dict[str, float]:
+    """A stored ``request_failure_by_reason`` document as counts: ``float()`` of each,
+    as PostgreSQL keeps a NaN as the string "NaN" (see ``collector.store.bulk``)."""
+    return {reason: float(count) for reason, count in (document or {}).items()}
 
 
 def device_values(target_id: int, at: float, d: records.DeviceSample) -> dict[str, Any]:
@@ -135,6 +149,7 @@ def model_sample_from(row: RowValues) -> records.ModelSample:
         model=model,
         version=version,
         **{name: row[name] for name in _METRIC_FIELDS},
+        request_failure_by_reason=failure_counts(row["request_failure_by_reason"]),
         summary_quantiles_us={
             family: {float(q): float(v) for q, v in quantiles.items()}
             for family, quantiles in row["summary_quantiles_us"].items()

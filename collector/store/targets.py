@@ -84,11 +84,12 @@ class TargetsMixin(Database):
 
     def forget_target(self, name: str) -> None:
         """Drop what this store keeps in memory about target ``name`` (for a target the
-        collector no longer scrapes); its rows stay. A later write finds it again."""
+        collector no longer scrapes); its rows stay. A later write finds it again.
+
+        Its lock stays: a writer that took the lock before this call would otherwise
+        write under the old one while a later writer made a new one."""
         with self._target_lock(name):
             self._drop_cached(name)
-        with self._target_locks_guard:
-            self._target_locks.pop(name, None)
 
     def _record_scrape(self, scrape: ScrapeRecord) -> TargetState:
         with self._write_connection() as connection:

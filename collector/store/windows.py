@@ -20,6 +20,7 @@ from sqlalchemy import Text, cast, select
 
 from collector.records import MODEL_COUNTERS
 from collector.store.engine import Database
+from collector.store.sample_rows import failure_counts
 from collector.store.schema import BATCH_STAT_LAYOUT, ModelRow, ModelSampleRow, TargetRow
 
 __all__ = ["BATCH_ENTRY", "BatchEntryLayout", "CounterReading", "CounterSeries", "WindowsMixin"]
@@ -152,7 +153,7 @@ class _Documents:
             return {}
         doc = self._failures.get(text)
         if doc is None:
-            doc = self._failures[text] = json.loads(text)
+            doc = self._failures[text] = failure_counts(json.loads(text))
         return doc
 
     def reading(self, row: Sequence[Any]) -> CounterReading:

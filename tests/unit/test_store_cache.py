@@ -134,6 +134,15 @@ def test_a_forgotten_target_is_found_again(store: Store, db_url: str) -> None:
     assert len(store.model_samples()) == 3
 
 
+def test_forgetting_a_target_keeps_its_lock(store: Store) -> None:
+    """A writer that looked the lock up before ``forget_target`` and one that looks it
+    up after must get the same lock, or both could write the target at once."""
+    store.write_triton(_snapshot(T0))
+    looked_up_before = store._target_lock("triton-a")
+    store.forget_target("triton-a")
+    assert store._target_lock("triton-a") is looked_up_before
+
+
 def test_a_changed_set_of_models_writes_the_server_version_again(store: Store, db_url: str) -> None:
     store.write_triton(_snapshot(T0, "resnet"))
     _sql(db_url, "UPDATE targets SET server_version = 'edited'")

@@ -153,6 +153,19 @@ def test_non_finite_floats_are_stored_as_before(store: Store, db_url: str) -> No
     assert math.isnan(sample.metrics.summary_quantiles_us["s"][0.5])
 
 
+def test_a_nan_failure_count_reads_back_as_a_number(store: Store) -> None:
+    """A failure counter that parsed as NaN is stored (as "NaN" on PostgreSQL) and read
+    back as a float by both readers, so rate arithmetic over it cannot meet a string."""
+    metrics = replace(full_metrics(), request_failure_by_reason={"REJECTED": math.nan})
+    for at in (T0, T0 + 1):
+        store.write_triton(TritonSnapshot("t", at, model_metrics=(metrics,)))
+    [sample, _] = store.model_samples()
+    assert math.isnan(sample.metrics.request_failure_by_reason["REJECTED"])
+    [series] = store.counter_series(since=T0 - 1, until=T0 + 2)
+    for reading in series.readings:
+        assert math.isnan(reading.failure_by_reason["REJECTED"])
+
+
 _DOCUMENTS: list[Any] = [
     {},
     [],

@@ -38,6 +38,9 @@ _ENTRY_COLUMNS = (
 _ENTRY = "'[' || " + " || ',' || ".join(_ENTRY_COLUMNS) + " || ']'"
 
 # A sample has a statistics entry when its statistics counters are set.
+# SQLite's group_concat follows the ordered subquery's row order in practice (and the
+# migration test checks rows inserted out of order); its documentation leaves the order
+# unspecified until 3.44 added group_concat(... ORDER BY ...), newer than many hosts have.
 _COPY = {
     "sqlite": f"""
         UPDATE model_samples SET batch_stats = COALESCE((
