@@ -489,10 +489,14 @@ class _StatsScanner:
             return (), pos
         known = self._batches.get(key)
         # Look for the list's end near where it ended last time (the numbers grow
-        # slowly). Starting past an earlier end is safe: the list would then hold a
-        # ``]``, which no entry accepted below can.
+        # slowly). A list far shorter than last time (a reload or restart: counts back
+        # near zero) ends before that: the end found is then another list's or none,
+        # and the slice up to it holds a ``]``, which no list can. Look again from the
+        # start of the list.
         hint = pos if known is None else max(pos, pos + len(known[0]) - 64)
         end = body.find(layout.batches_end, hint) + len(layout.batches_end) - 1
+        if hint > pos and (end < pos or body.find(b"]", pos, end) >= 0):
+            end = body.find(layout.batches_end, pos) + len(layout.batches_end) - 1
         if end < pos:
             raise _NotPlain
         listed = body[pos:end]

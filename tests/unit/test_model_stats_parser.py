@@ -253,3 +253,22 @@ def test_triton_layout_is_read_from_the_bytes(name: str, spaced: bool) -> None:
     entries = json.loads((FIXTURES / name).read_text())["model_stats"]
     body = _triton_json(entries, spaced)
     assert _StatsScanner().scan(body) == parse_model_stats(body)
+
+
+def test_a_batch_list_much_shorter_than_before_is_still_read_from_the_bytes() -> None:
+    """After a reload or restart the counts start again near zero, so a model's
+    batch_stats list can be far shorter than in the document before: the byte-reading
+    tier still finds its end, for this document and every one after."""
+    doc = json.loads((FIXTURES / "stats_two_models.json").read_text())
+
+    def with_counts(value: int) -> bytes:
+        for entry in doc["model_stats"]:
+            for batch in entry["batch_stats"]:
+                for span in ("compute_input", "compute_infer", "compute_output"):
+                    batch[span] = _span(value, value)
+        return _triton_json(doc["model_stats"], spaced=False)
+
+    assert all(entry["batch_stats"] for entry in doc["model_stats"])
+    scanner = _StatsScanner()
+    for body in [with_counts(10**15)] + [with_counts(1)] * 5 + [with_counts(2)]:
+        assert scanner.scan(body) == parse_model_stats(body)
