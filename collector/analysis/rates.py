@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -35,10 +35,14 @@ from collector.records import (
 from collector.sources.triton_metrics import REQUEST_SUMMARY
 
 __all__ = [
+    "BATCH_FIGURES",
+    "CORE_COUNTERS",
     "CounterIncrease",
+    "batch_size_increases",
     "batch_stats_increase",
     "bucket_rates",
     "counter_increase",
+    "cumulative_increases",
     "gauge_max",
     "gauge_mean",
     "increase_from_rates",
@@ -109,7 +113,9 @@ _PER_REQUEST = {
     "request_us_per_request": "request_duration_us",
 }
 
-_CORE_COUNTERS = (
+#: The ``ModelMetrics`` counters whose going down means Triton restarted
+#: (``metrics_reset``).
+CORE_COUNTERS = (
     "request_success",
     "inference_count",
     "exec_count",
@@ -119,7 +125,7 @@ _CORE_COUNTERS = (
 )
 
 
-_core_counters = operator.attrgetter(*_CORE_COUNTERS)
+_core_counters = operator.attrgetter(*CORE_COUNTERS)
 _model_counters = operator.attrgetter(*MODEL_COUNTERS)
 
 
@@ -145,9 +151,57 @@ def is_reset(prev: ModelSample, cur: ModelSample) -> bool:
     return metrics_reset(prev, cur) or stats_reset(prev, cur)
 
 
-def _increase(prev: float, cur: float, reset: bool) -> float:
-    # A lone counter that went down (without a pair reset) is treated the same way.
-    return cur if reset or cur < prev else cur - prev
+def cumulative_increases(
+    before: Iterable[float], now: Iterable[float], *, reset: bool
+) -> list[float]:
+    """The increase of each cumulative counter between two readings of them (in the
+    same order). Across a reset, and for a lone counter that went down, it is the new
+    value: what accrued since the counter started again."""
+    if reset:
+        return list(now)
+    return [n if n < b else n - b for b, n in zip(before, now, strict=True)]
+
+
+#: A batch size's cumulative figures as plain numbers (``batch_size_increases``): the
+#: ``BatchStat`` attributes at each position, the batch size first, then each
+#: duration's count and nanoseconds. The execution count is ``compute_infer.count``.
+BATCH_FIGURES = (
+    "batch_size",
+    "compute_input.count",
+    "compute_input.ns",
+    "compute_infer.count",
+    "compute_infer.ns",
+    "compute_output.count",
+    "compute_output.ns",
+)
+_EXECUTIONS_AT = BATCH_FIGURES.index("compute_infer.count")
+_NS_AT = tuple(BATCH_FIGURES.index(f"compute_{d}.ns") for d in ("input", "infer", "output"))
+_batch_figures = operator.attrgetter(*BATCH_FIGURES)
+
+
+def batch_size_increases(
+    before: Mapping[int, Sequence[int]], now: Iterable[Sequence[int]]
+) -> list[Sequence[int]]:
+    """The increase at each batch size between two cumulative readings of a model's
+    batch stats, each size's figures as plain numbers (``BATCH_FIGURES``); ``before``
+    holds them by batch size, ``now`` in its order. A size that executed nothing new
+    is left out; a new size, or one whose executions went down (a reload), counts from
+    zero (its figures ``now``); any other has the increase of each figure, none below
+    zero."""
+    out = []
+    for figures in now:
+        executions = figures[_EXECUTIONS_AT]
+        previous = before.get(figures[0])
+        if previous is None or executions < previous[_EXECUTIONS_AT]:
+            if executions > 0:
+                out.append(figures)
+        elif executions > previous[_EXECUTIONS_AT]:
+            increase = list(map(operator.sub, figures, previous))
+            if min(increase) < 0:
+                increase = [d if d > 0 else 0 for d in increase]
+            increase[0] = figures[0]  # the batch size
+            out.append(increase)
+    return out
 
 
 def batch_stats_increase(
@@ -155,23 +209,18 @@ def batch_stats_increase(
 ) -> tuple[BatchStat, ...]:
     """Executions and time per executed batch size between two cumulative readings;
     sizes with no new execution are left out."""
-    before = {b.batch_size: b for b in (prev or ())} if not reset else {}
+    before = {b.batch_size: _batch_figures(b) for b in (prev or ())} if not reset else {}
     out: list[BatchStat] = []
-    for b in cur:
-        p = before.get(b.batch_size)
-        if p is not None and b.compute_infer.count == p.compute_infer.count:
-            continue  # no new execution: its increase would be left out below
-        if p is None or b.exec_count < p.exec_count:
-            delta = b
-        else:
-            delta = BatchStat(
-                batch_size=b.batch_size,
-                compute_input=_duration_increase(p.compute_input, b.compute_input),
-                compute_infer=_duration_increase(p.compute_infer, b.compute_infer),
-                compute_output=_duration_increase(p.compute_output, b.compute_output),
+    for increase in batch_size_increases(before, map(_batch_figures, cur)):
+        size, input_n, input_ns, infer_n, infer_ns, output_n, output_ns = increase
+        out.append(
+            BatchStat(
+                batch_size=size,
+                compute_input=Duration(input_n, input_ns),
+                compute_infer=Duration(infer_n, infer_ns),
+                compute_output=Duration(output_n, output_ns),
             )
-        if delta.exec_count > 0:
-            out.append(delta)
+        )
     return tuple(sorted(out, key=lambda s: s.batch_size))
 
 
@@ -216,25 +265,30 @@ def _duration_sum(a: Duration, b: Duration) -> Duration:
     return Duration(count=a.count + b.count, ns=a.ns + b.ns)
 
 
-def _duration_increase(prev: Duration, cur: Duration) -> Duration:
-    return Duration(count=max(cur.count - prev.count, 0), ns=max(cur.ns - prev.ns, 0))
-
-
 def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
     """Increases between two consecutive samples of the same series."""
     reset = metrics_reset(prev, cur)
     reloaded = stats_reset(prev, cur)
     p, c = prev.metrics, cur.metrics
-    failures = {
-        reason: _increase(p.request_failure_by_reason.get(reason, 0.0), value, reset)
-        for reason, value in c.request_failure_by_reason.items()
-    }
-    increases = {
-        name: now if reset or now < before else now - before  # as _increase
-        for name, before, now in zip(
-            MODEL_COUNTERS, _model_counters(p), _model_counters(c), strict=True
+    reasons, failed_before = c.request_failure_by_reason, p.request_failure_by_reason
+    failures = dict(
+        zip(
+            reasons,
+            cumulative_increases(
+                [failed_before.get(reason, 0.0) for reason in reasons],
+                reasons.values(),
+                reset=reset,
+            ),
+            strict=True,
         )
-    }
+    )
+    increases = dict(
+        zip(
+            MODEL_COUNTERS,
+            cumulative_increases(_model_counters(p), _model_counters(c), reset=reset),
+            strict=True,
+        )
+    )
     batch_ns: float | None = None
     if cur.stats is not None:
         batch_ns = float(
@@ -255,22 +309,18 @@ def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
 def _batch_compute_ns_increase(prev: Sequence[BatchStat], cur: Sequence[BatchStat]) -> int:
     """The summed compute time of ``batch_stats_increase(prev, cur)``, without making
     its records: this runs for every series at every scrape."""
-    before = {b.batch_size: b for b in prev}
+    records = {b.batch_size: b for b in prev}
+    # A record the parser kept (the same object) did not change: left out unread.
+    changed = [b for b in cur if records.get(b.batch_size) is not b]
+    before = {
+        b.batch_size: _batch_figures(records[b.batch_size])
+        for b in changed
+        if b.batch_size in records
+    }
+    input_at, infer_at, output_at = _NS_AT
     total = 0
-    for b in cur:
-        p = before.get(b.batch_size)
-        if p is b:
-            continue  # the parser kept the record: nothing changed
-        count = b.compute_infer.count
-        if p is None or count < p.compute_infer.count:
-            if count > 0:
-                total += b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns
-        elif count > p.compute_infer.count:
-            total += (
-                max(b.compute_input.ns - p.compute_input.ns, 0)
-                + max(b.compute_infer.ns - p.compute_infer.ns, 0)
-                + max(b.compute_output.ns - p.compute_output.ns, 0)
-            )
+    for increase in batch_size_increases(before, map(_batch_figures, changed)):
+        total += increase[input_at] + increase[infer_at] + increase[output_at]
     return total
 
 

@@ -20,12 +20,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.analysis.detect import DetectorSettings, read_window, run_detectors
-from collector.analysis.detect.increases import series_increase, series_rates
+from collector.analysis.detect.increases import series_increase
 from collector.analysis.detect.windows import ModelWindow
 from collector.analysis.health import is_fresh, scrape_interval_s
 from collector.analysis.rates import (
+    BATCH_FIGURES,
+    CORE_COUNTERS,
+    CounterIncrease,
     gauge_mean,
     merge_over_series,
+    metrics_reset,
+    rates_from_increase,
     sum_batch_stats,
     window_batch_stats,
     window_rates,
@@ -41,6 +46,7 @@ from collector.records import (
 )
 from collector.store import Store
 from collector.store.sample_rows import batch_stats_values
+from collector.store.schema import BATCH_STAT_LAYOUT
 from collector.store.windows import CounterReading
 from collector.synthetic import model_config
 
@@ -347,16 +353,43 @@ _samples = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(_samples, st.none() | st.integers(1, 4))
-def test_series_rates_equal_window_rates(samples: list[ModelSample], instances: int | None) -> None:
+def test_series_increase_gives_the_rates_of_window_rates(
+    samples: list[ModelSample], instances: int | None
+) -> None:
     readings = [_reading(s) for s in samples]
-    assert series_rates(readings, instance_count=instances) == window_rates(
+    increase = series_increase(readings).increase
+    assert rates_from_increase(increase, instance_count=instances) == window_rates(
         samples, instance_count=instances
     )
     expected: Mapping[int, int] = {b.batch_size: b.exec_count for b in window_batch_stats(samples)}
     assert series_increase(readings).batch_executions == expected
 
 
-def test_fewer_than_two_readings_have_no_rates() -> None:
+def test_fewer_than_two_readings_have_no_increase() -> None:
     sample = ModelSample(target="t", collected_at=T0, metrics=ModelMetrics(model="m", version="1"))
-    assert series_rates([_reading(sample)]) is None
-    assert series_rates([]) is None
+    for readings in ([_reading(sample)], []):
+        assert series_increase(readings).increase == CounterIncrease()
+        assert series_increase(readings).batch_executions == {}
+
+
+@pytest.mark.parametrize("name", MODEL_COUNTERS)
+def test_a_counter_going_down_alone_is_a_restart_as_in_rates(name: str) -> None:
+    """The lean path and ``rates.metrics_reset`` take the same counters for a restart:
+    those of ``rates.CORE_COUNTERS``."""
+    high: dict[str, Any] = {name: 10.0}
+    low: dict[str, Any] = {name: 4.0}
+    before = replace(ModelMetrics(model="m", version="1"), **high)
+    after = replace(before, **low)
+    pair = [
+        ModelSample(target="t", collected_at=T0 + i, metrics=m)
+        for i, m in enumerate((before, after))
+    ]
+    restarted = metrics_reset(*pair)
+    assert restarted == (name in CORE_COUNTERS)
+    assert series_increase([_reading(s) for s in pair]).increase.resets == int(restarted)
+
+
+def test_stored_batch_entries_are_the_figures_rates_reads() -> None:
+    """The lean path hands the store's batch stats entries to
+    ``rates.batch_size_increases`` as they are."""
+    assert BATCH_STAT_LAYOUT == BATCH_FIGURES

@@ -7,9 +7,12 @@ from dataclasses import fields, replace
 import pytest
 
 from collector.analysis.rates import (
+    BATCH_FIGURES,
+    batch_size_increases,
     batch_stats_increase,
     bucket_rates,
     counter_increase,
+    cumulative_increases,
     gauge_max,
     gauge_mean,
     increase_from_rates,
@@ -156,6 +159,37 @@ def test_busy_share_from_batch_stats_over_instances() -> None:
     r = rates_between(a, b, instance_count=2)
     assert r.busy_share == pytest.approx(0.25)
     assert rates_between(a, b).busy_share is None  # instance count unknown
+
+
+def test_cumulative_increases_count_from_the_new_value_after_a_reset_or_a_drop() -> None:
+    assert cumulative_increases([1.0, 5.0, 2.0], [3.0, 5.0, 7.5], reset=False) == [2.0, 0.0, 5.5]
+    # A lone counter that went down started again: what it holds accrued since.
+    assert cumulative_increases([1.0, 5.0], [3.0, 4.0], reset=False) == [2.0, 4.0]
+    # Across a reset every counter counts from zero, grown or not.
+    assert cumulative_increases([1.0, 5.0], [3.0, 4.0], reset=True) == [3.0, 4.0]
+    assert cumulative_increases([], [], reset=False) == []
+
+
+def test_batch_size_increases_of_plain_readings() -> None:
+    assert BATCH_FIGURES[0] == "batch_size" and BATCH_FIGURES[3] == "compute_infer.count"
+    before = {
+        1: (1, 5, 100, 5, 1000, 5, 50),
+        2: (2, 5, 100, 5, 1000, 5, 50),
+        4: (4, 9, 900, 9, 9000, 9, 90),
+    }
+    now = [
+        (1, 7, 160, 7, 1300, 7, 40),  # grew; output time went down: counts as 0
+        (2, 5, 900, 5, 9000, 5, 90),  # no new execution: left out
+        (4, 2, 20, 2, 200, 2, 2),  # reloaded: counts from zero
+        (8, 3, 30, 3, 300, 3, 3),  # a new size
+        (16, 0, 0, 0, 0, 0, 0),  # a new size that never executed
+    ]
+    assert [tuple(i) for i in batch_size_increases(before, now)] == [
+        (1, 2, 60, 2, 300, 2, 0),
+        (4, 2, 20, 2, 200, 2, 2),
+        (8, 3, 30, 3, 300, 3, 3),
+    ]
+    assert batch_size_increases({}, []) == []
 
 
 def test_batch_stats_increase_per_size_and_on_reset() -> None:

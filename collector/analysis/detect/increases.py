@@ -11,31 +11,33 @@ stats are decoded once: over a fleet's window the records cost most of an evalua
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from collector.analysis.rates import CounterIncrease, rates_from_increase
-from collector.records import MODEL_COUNTERS, ModelRates
+from collector.analysis.rates import (
+    BATCH_FIGURES,
+    CORE_COUNTERS,
+    CounterIncrease,
+    batch_size_increases,
+    cumulative_increases,
+)
+from collector.records import MODEL_COUNTERS
+from collector.store.schema import BATCH_STAT_LAYOUT
 from collector.store.windows import BATCH_ENTRY, CounterReading
 
-__all__ = ["SeriesIncrease", "series_increase", "series_rates"]
+__all__ = ["SeriesIncrease", "series_increase"]
 
 # The counters whose going down is a restart (``rates.metrics_reset``), by position in
 # ``CounterReading.counters``.
-_CORE_AT = tuple(
-    MODEL_COUNTERS.index(name)
-    for name in (
-        "request_success",
-        "inference_count",
-        "exec_count",
-        "request_duration_us",
-        "queue_duration_us",
-        "compute_infer_duration_us",
-    )
-)
+_CORE_AT = tuple(MODEL_COUNTERS.index(name) for name in CORE_COUNTERS)
 _SIZE = BATCH_ENTRY.batch_size
 _COUNT = BATCH_ENTRY.infer_count
 _NS_AT = (BATCH_ENTRY.input_ns, BATCH_ENTRY.infer_ns, BATCH_ENTRY.output_ns)
+# A stored batch stats entry is read by ``rates.batch_size_increases`` as it is: the
+# store keeps each size's figures in that order (``BATCH_FIGURES``).
+if BATCH_STAT_LAYOUT != BATCH_FIGURES:
+    raise ImportError("the stored batch stats entries are not rates.BATCH_FIGURES")
 
 _BatchEntries = Sequence[Sequence[int]]
 
@@ -48,15 +50,6 @@ class SeriesIncrease:
 
     increase: CounterIncrease
     batch_executions: Mapping[int, int]
-
-
-def series_rates(
-    readings: Sequence[CounterReading], *, instance_count: int | None = None
-) -> ModelRates | None:
-    """``rates.window_rates`` of the same samples; ``None`` with fewer than two."""
-    if len(readings) < 2:
-        return None
-    return rates_from_increase(series_increase(readings).increase, instance_count=instance_count)
 
 
 def series_increase(readings: Sequence[CounterReading]) -> SeriesIncrease:
@@ -74,8 +67,7 @@ def series_increase(readings: Sequence[CounterReading]) -> SeriesIncrease:
         ps, cs = prev.stats_counts, cur.stats_counts
         reloaded = ps is not None and cs is not None and (cs[0] < ps[0] or cs[1] < ps[1])
         seconds += max(cur.collected_at - prev.collected_at, 0.0)
-        for i, (before, now) in enumerate(zip(pc, cc, strict=True)):
-            sums[i] += now if reset or now < before else now - before
+        sums = list(map(operator.add, sums, cumulative_increases(pc, cc, reset=reset)))
         _add_failures(failures, prev.failure_by_reason, cur.failure_by_reason, reset)
         if reset or reloaded:
             resets += 1
@@ -104,33 +96,27 @@ def _add_failures(
     reset: bool,
 ) -> None:
     """Add one pair's failure increases by reason (``rates.counter_increase``)."""
-    for reason, value in cur.items():
-        before = prev.get(reason, 0.0)
-        increase = value if reset or value < before else value - before
+    if not reset and cur == prev:
+        # Nothing failed since (the usual case): each reason adds exactly 0.0.
+        for reason in cur:
+            totals.setdefault(reason, 0.0)
+        return
+    before = [prev.get(reason, 0.0) for reason in cur]
+    for reason, increase in zip(
+        cur, cumulative_increases(before, cur.values(), reset=reset), strict=True
+    ):
         totals[reason] = totals.get(reason, 0.0) + increase
 
 
 def _add_batches(executions: dict[int, int], prev: _BatchEntries, cur: _BatchEntries) -> int:
     """Add one pair's executions per batch size to ``executions`` (as
     ``rates.batch_stats_increase``) and return its batch compute time in ns (as
-    ``rates.counter_increase``'s). A size whose count went down, or new, counts from
-    zero; one whose count did not change adds nothing."""
-    before = {entry[_SIZE]: entry for entry in prev}
+    ``rates.counter_increase``'s), by ``rates.batch_size_increases``."""
+    before = {entry[_SIZE]: entry for entry in prev}  # a repeated size: its last, as in rates
+    input_at, infer_at, output_at = _NS_AT
     total_ns = 0
-    for entry in cur:
-        count = entry[_COUNT]
-        p = before.get(entry[_SIZE])
-        if p is None or count < p[_COUNT]:
-            if count > 0:
-                size = entry[_SIZE]
-                executions[size] = executions.get(size, 0) + count
-                total_ns += entry[_NS_AT[0]] + entry[_NS_AT[1]] + entry[_NS_AT[2]]
-        elif count > p[_COUNT]:
-            size = entry[_SIZE]
-            executions[size] = executions.get(size, 0) + count - p[_COUNT]
-            total_ns += (
-                max(entry[_NS_AT[0]] - p[_NS_AT[0]], 0)
-                + max(entry[_NS_AT[1]] - p[_NS_AT[1]], 0)
-                + max(entry[_NS_AT[2]] - p[_NS_AT[2]], 0)
-            )
+    for increase in batch_size_increases(before, cur):
+        size = increase[_SIZE]
+        executions[size] = executions.get(size, 0) + increase[_COUNT]
+        total_ns += increase[input_at] + increase[infer_at] + increase[output_at]
     return total_ns
