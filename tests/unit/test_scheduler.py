@@ -648,7 +648,6 @@ def test_a_target_file_sd_dropped_is_forgotten_by_the_store(tmp_path: Path) -> N
         service.update_targets([b])  # not started: a's source is closed at once
         assert made["a:8000"].closed
         assert "a:8000" not in store._target_ids  # noqa: SLF001
-        assert "a:8000" not in store._target_locks  # noqa: SLF001
         assert "b:8000" in store._target_ids  # noqa: SLF001
         # Scraped again later, it is found again in the store.
         service.update_targets([a, b])
