@@ -110,6 +110,20 @@ class BatchStat:
         return self.compute_input.ns + self.compute_infer.ns + self.compute_output.ns
 
 
+#: A ``BatchStat`` as plain numbers, in this order: the batch size, then each duration's
+#: count and nanoseconds (attribute paths). The store keeps each size's entry so and the
+#: rates read it so; the execution count of a batch size is ``compute_infer.count``.
+BATCH_STAT_FIGURES = (
+    "batch_size",
+    "compute_input.count",
+    "compute_input.ns",
+    "compute_infer.count",
+    "compute_infer.ns",
+    "compute_output.count",
+    "compute_output.ns",
+)
+
+
 @dataclass(frozen=True)
 class ModelStats:
     """One entry of ``GET /v2/models/stats`` (cumulative since the model loaded)."""

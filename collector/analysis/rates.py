@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from collector.records import (
+    BATCH_STAT_FIGURES,
     MODEL_COUNTERS,
     BatchStat,
     Duration,
@@ -162,18 +163,8 @@ def cumulative_increases(
     return [n if n < b else n - b for b, n in zip(before, now, strict=True)]
 
 
-#: A batch size's cumulative figures as plain numbers (``batch_size_increases``): the
-#: ``BatchStat`` attributes at each position, the batch size first, then each
-#: duration's count and nanoseconds. The execution count is ``compute_infer.count``.
-BATCH_FIGURES = (
-    "batch_size",
-    "compute_input.count",
-    "compute_input.ns",
-    "compute_infer.count",
-    "compute_infer.ns",
-    "compute_output.count",
-    "compute_output.ns",
-)
+#: A batch size's cumulative figures as plain numbers (``batch_size_increases``).
+BATCH_FIGURES = BATCH_STAT_FIGURES
 _EXECUTIONS_AT = BATCH_FIGURES.index("compute_infer.count")
 _NS_AT = tuple(BATCH_FIGURES.index(f"compute_{d}.ns") for d in ("input", "infer", "output"))
 _batch_figures = operator.attrgetter(*BATCH_FIGURES)

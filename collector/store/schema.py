@@ -39,6 +39,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
 from collector.records import (
+    BATCH_STAT_FIGURES,
     DeviceSample,
     HostFacts,
     ModelPeaks,
@@ -176,18 +177,8 @@ DEVICE_MEAN_READINGS = (
 )
 #: ...and those it also keeps the maximum of.
 DEVICE_PEAK_READINGS = ("utilization_gpu_pct", "sm_active_pct", "memory_used_bytes", "power_w")
-#: One ``model_samples.batch_stats`` entry: the ``BatchStat`` attributes (dotted
-#: paths) at each position. Every ``Duration`` is a count and its nanoseconds; the
-#: execution count of a batch size is ``compute_infer.count``.
-BATCH_STAT_LAYOUT = (
-    "batch_size",
-    "compute_input.count",
-    "compute_input.ns",
-    "compute_infer.count",
-    "compute_infer.ns",
-    "compute_output.count",
-    "compute_output.ns",
-)
+#: One ``model_samples.batch_stats`` entry: ``records.BATCH_STAT_FIGURES``.
+BATCH_STAT_LAYOUT = BATCH_STAT_FIGURES
 #: ``Recommendation`` fields stored as JSON documents (the rest are scalar columns).
 RECOMMENDATION_JSON_FIELDS = (
     "changes",

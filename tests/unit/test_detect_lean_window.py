@@ -24,7 +24,6 @@ from collector.analysis.detect.increases import series_increase
 from collector.analysis.detect.windows import ModelWindow
 from collector.analysis.health import is_fresh, scrape_interval_s
 from collector.analysis.rates import (
-    BATCH_FIGURES,
     CORE_COUNTERS,
     CounterIncrease,
     gauge_mean,
@@ -46,7 +45,6 @@ from collector.records import (
 )
 from collector.store import Store
 from collector.store.sample_rows import batch_stats_values
-from collector.store.schema import BATCH_STAT_LAYOUT
 from collector.store.windows import CounterReading
 from collector.synthetic import model_config
 
@@ -387,9 +385,3 @@ def test_a_counter_going_down_alone_is_a_restart_as_in_rates(name: str) -> None:
     restarted = metrics_reset(*pair)
     assert restarted == (name in CORE_COUNTERS)
     assert series_increase([_reading(s) for s in pair]).increase.resets == int(restarted)
-
-
-def test_stored_batch_entries_are_the_figures_rates_reads() -> None:
-    """The lean path hands the store's batch stats entries to
-    ``rates.batch_size_increases`` as they are."""
-    assert BATCH_STAT_LAYOUT == BATCH_FIGURES

@@ -16,14 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from collector.analysis.rates import (
-    BATCH_FIGURES,
     CORE_COUNTERS,
     CounterIncrease,
     batch_size_increases,
     cumulative_increases,
 )
 from collector.records import MODEL_COUNTERS
-from collector.store.schema import BATCH_STAT_LAYOUT
 from collector.store.windows import BATCH_ENTRY, CounterReading
 
 __all__ = ["SeriesIncrease", "series_increase"]
@@ -34,10 +32,8 @@ _CORE_AT = tuple(MODEL_COUNTERS.index(name) for name in CORE_COUNTERS)
 _SIZE = BATCH_ENTRY.batch_size
 _COUNT = BATCH_ENTRY.infer_count
 _NS_AT = (BATCH_ENTRY.input_ns, BATCH_ENTRY.infer_ns, BATCH_ENTRY.output_ns)
-# A stored batch stats entry is read by ``rates.batch_size_increases`` as it is: the
-# store keeps each size's figures in that order (``BATCH_FIGURES``).
-if BATCH_STAT_LAYOUT != BATCH_FIGURES:
-    raise ImportError("the stored batch stats entries are not rates.BATCH_FIGURES")
+# A stored batch stats entry is read by ``rates.batch_size_increases`` as it is: both
+# are ``records.BATCH_STAT_FIGURES``.
 
 _BatchEntries = Sequence[Sequence[int]]
 
