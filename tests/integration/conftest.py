@@ -47,6 +47,10 @@ class _Factory:
         # Under pytest's temp root, so the server log outlives a failed test.
         workdir = self._tmp.mktemp("triton")
         _WORKDIRS.append(workdir)
+        # Triton waits out its whole exit timeout while an HTTP connection a client has
+        # left (a finished `batchscope apply`, a collector) is still counted open: 10 s
+        # per server at teardown. The testbed's inferences finish well within 3 s.
+        kwargs.setdefault("exit_timeout_s", 3)
         server = TritonServer(specs, workdir=workdir, **kwargs)
         self.servers.append(server)
         server.start()
