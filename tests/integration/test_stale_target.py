@@ -20,6 +20,7 @@ from collector.analysis.health import stale_after_s
 from collector.testbed.load import run_load
 from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import TritonServer
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -85,6 +86,15 @@ def test_a_killed_triton_is_not_up_and_has_no_rates_after_the_stale_horizon(
         env=env,
     )
     try:
+        # status reads an existing store only: wait for the collector to have made it
+        # (it says so once its store is open and up to date), or status exits 2.
+        log_path = tmp_path / "collect.log"
+        wait_until(
+            lambda: b"collecting from" in log_path.read_bytes() or collector.poll() is not None,
+            60,
+            "the collector's store",
+        )
+        assert collector.poll() is None, log_path.read_text()
         # Load only once the collector holds a sample of the model: load that ends before
         # the first scrape adds nothing to any counter difference.
         _poll(db_url, lambda d: any(m["last_sample_at"] for m in d["models"]), 60)

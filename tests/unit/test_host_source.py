@@ -14,6 +14,7 @@ import pytest
 from collector.config import target_from_url
 from collector.records import HostFacts, ProcessSample
 from collector.sources.host import HostSource, http_port_of, stub_identity
+from tests.support import wait_until
 
 # As recorded from the CPU testbed (`ps -o args`), with the temporary folder renamed.
 STUB_CMDLINE = [
@@ -91,6 +92,12 @@ def fake_server() -> Iterator[subprocess.Popen[bytes]]:
         executable=sys.executable,
     )
     try:
+        # Until the child has exec'd, its command line is still this process's.
+        wait_until(
+            lambda: psutil.Process(child.pid).cmdline()[:1] == ["tritonserver"],
+            10,
+            "the fake tritonserver's command line",
+        )
         yield child
     finally:
         child.kill()
