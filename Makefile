@@ -24,7 +24,7 @@ DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus systemd promet
 # compose file) would otherwise bring the Docker engine, which no test uses.
 DEB_PACKAGES_BARE := docker-compose
 
-.PHONY: install system-deps demo test unit integration lint lock bench bench-collector clean
+.PHONY: install system-deps demo test unit integration lint lock bench bench-collector reliability clean
 
 install: $(STAMP)
 
@@ -87,6 +87,14 @@ bench: install
 # with targets and models, store size (about a quarter of an hour).
 bench-collector: install system-deps
 	$(PY) -m bench.collector
+
+# The whole reliability suite (faults, bad input, access, secrets, and the long part:
+# soak, load test, repeated kills), its ledger rendered into docs/reliability.md.
+RELIABILITY_LEDGER ?= build/reliability.jsonl
+reliability: install system-deps
+	mkdir -p build docs && rm -f $(RELIABILITY_LEDGER)
+	BATCHSCOPE_RELIABILITY_LOG=$(abspath $(RELIABILITY_LEDGER)) $(PY) -m pytest -q tests/reliability -m "long or not long"
+	$(PY) -m tests.reliability.report $(RELIABILITY_LEDGER) > docs/reliability.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
