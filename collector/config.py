@@ -495,18 +495,38 @@ class _Environment(EnvSettingsSource):
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from None
     try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("config", f"{path} is not UTF-8 text (byte {exc.start})") from None
+    try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError("config", f"{path} is not valid YAML: {exc}") from None
+        raise ConfigError("config", f"{path} is not valid YAML: {_yaml_problem(exc)}") from None
+    except RecursionError:
+        raise ConfigError("config", f"{path} is not valid YAML: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError("config", f"{path} must hold a mapping at the top level")
     return data
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong and where, without the excerpt of the file PyYAML adds to its
+    message: the line at fault may hold a password or a secret."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"a character YAML does not allow (position {exc.position})"
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return type(exc).__name__
+    problem = exc.problem or exc.context or "syntax error"
+    mark = exc.problem_mark or exc.context_mark
+    if mark is None:
+        return problem
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
 
 
 def load_settings(
