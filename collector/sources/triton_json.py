@@ -32,6 +32,10 @@ def _loads(text: str | bytes, what: str) -> Any:
         return json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise ParseError(f"{what} is not valid JSON: {exc}") from exc
+    except RecursionError:
+        # json's decoder recurses per nesting level: a document nested thousands deep
+        # (no Triton writes one) exhausts the stack.
+        raise ParseError(f"{what} is not valid JSON: nested too deeply") from None
 
 
 def _as_int(value: object, path: str) -> int:
