@@ -141,6 +141,7 @@ __all__ = [
     "UiSettings",
     "load_settings",
     "parse_shard",
+    "scrub_url_passwords",
     "signing_key",
     "target_from_url",
 ]
@@ -148,9 +149,14 @@ __all__ = [
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_METRICS_PORT = 8002
 ENV_PREFIX = "BATCHSCOPE_"
-# Never echoed in an error message: the value itself is the secret, or (a receiver)
-# holds one (a webhook secret, a Slack URL with its token).
-_SECRETS = frozenset({"admin_password", "viewer_password", "secret_key", "secret", "receivers"})
+# Never echoed in an error message: the value itself is the secret, or (a receiver,
+# the groups, a database URL) may hold one (a webhook secret, a Slack URL with its
+# token, a password).
+_SECRETS = frozenset(
+    {"admin_password", "viewer_password", "secret_key", "secret", "receivers", "db_url"}
+)
+# The password of a URL's user information (``scheme://user:password@host``).
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/@:]*:)[^\s/@]*@")
 
 
 def _none_words(value: object) -> object:
@@ -289,7 +295,7 @@ class Settings(BaseSettings):
     )
 
     targets: Annotated[tuple[TargetSettings, ...], NoDecode, BeforeValidator(_comma_list)] = ()
-    db_url: str = "sqlite:///batchscope.db"
+    db_url: str = Field("sqlite:///batchscope.db", repr=False)  # may hold a password
     interval_s: Seconds = 5.0
     duration_s: Annotated[Seconds | None, BeforeValidator(_none_words)] = None
     timeout_s: Seconds = 3.0
@@ -443,7 +449,8 @@ def target_from_url(
     except ValidationError as exc:
         error = exc.errors()[0]
         where = "metrics_url" if error["loc"][:1] == ("metrics_url",) else field_name
-        raise ConfigError(where, f"{_message(error)}, got {error['input']!r}") from None
+        message = scrub_url_passwords(f"{_message(error)}, got {error['input']!r}")
+        raise ConfigError(where, message) from None
 
 
 def _targets_from_url_lists(layer: dict[str, Any], origin: str) -> dict[str, Any]:
@@ -598,8 +605,21 @@ def _config_error(exc: ValidationError) -> ConfigError:
     message = _message(error)
     if error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
         message = "unknown setting"
-    elif error["type"] not in ("missing", "extra_forbidden") and not _SECRETS & set(
-        map(str, error["loc"])
-    ):
+    elif error["type"] not in ("missing", "extra_forbidden") and _may_echo(error):
         message += f", got {error['input']!r}"
-    return ConfigError(field or "config", message)
+    return ConfigError(field or "config", scrub_url_passwords(message))
+
+
+def _may_echo(error: Mapping[str, Any]) -> bool:
+    """Whether an invalid value may be shown: not a secret, not a value that may hold
+    one (a database URL, a receiver), and not a mapping or list (a whole group such as
+    ``ui`` given wrongly holds its passwords)."""
+    loc = tuple(map(str, error["loc"]))
+    if _SECRETS & set(loc) or loc in (("ui",), ("alerts",)):
+        return False
+    return not isinstance(error["input"], dict | list | tuple)
+
+
+def scrub_url_passwords(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@host`` as ``***``."""
+    return _URL_PASSWORD.sub(r"\1***@", text)
