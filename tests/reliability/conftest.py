@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 
 LOG_ENV = "BATCHSCOPE_RELIABILITY_LOG"
+# Read once, when pytest loads this file: every test's environment is cleaned of
+# BATCHSCOPE_* variables (tests/conftest.py) before the test records anything.
+LOG_PATH = os.environ.get(LOG_ENV)
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,8 @@ class FaultLedger:
         """Record one fault after the test's assertions about it passed."""
         row = FaultOutcome(area, fault, int(tries), outcome, lost, self._test)
         self.rows.append(row)
-        path = os.environ.get(LOG_ENV)
-        if path:
-            with Path(path).open("a", encoding="utf-8") as out:
+        if LOG_PATH:
+            with Path(LOG_PATH).open("a", encoding="utf-8") as out:
                 out.write(json.dumps(asdict(row)) + "\n")
 
 
