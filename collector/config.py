@@ -20,6 +20,8 @@ YAML file (all keys optional)::
     backoff_max_s: 60
     jitter_s: 0.5
     scrape_workers: 16             # scrapes that may run at once (a bounded pool)
+    store_buffer_max_writes: 5000  # while the store is out, writes held in memory, at most
+    store_buffer_max_bytes: 134217728   # ... and bytes; over either, the oldest are dropped
     file_sd: [targets/*.json]      # Prometheus file_sd files (globs), re-read on change
     file_sd_refresh_s: 5           # how often they are looked at
     shard: 0/3                     # scrape only the targets whose hash falls to shard 0 of 3
@@ -309,6 +311,13 @@ class Settings(BaseSettings):
     jitter_s: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = 0.5
     # Scrapes in flight at once: a bounded pool, however many targets there are.
     scrape_workers: Annotated[int, BeforeValidator(_not_bool), Field(ge=1, le=1024)] = 16
+    # While the store cannot take writes (locked, disk full, database restarting), the
+    # scrapes' writes are held in memory up to these bounds and written in order once
+    # it is back; over either bound the oldest are dropped (collector.store.buffer).
+    store_buffer_max_writes: Annotated[int, BeforeValidator(_not_bool), Field(ge=1)] = 5000
+    store_buffer_max_bytes: Annotated[int, BeforeValidator(_not_bool), Field(ge=1024)] = (
+        128 * 1024**2
+    )
     # Prometheus file_sd files (paths or glob patterns) listing more targets
     # (collector.discovery), looked at every ``file_sd_refresh_s``.
     file_sd: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = ()
