@@ -83,6 +83,7 @@ Passwords, webhook secrets and Slack URLs (which hold a token) are never printed
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -141,6 +142,7 @@ __all__ = [
     "Settings",
     "TargetSettings",
     "UiSettings",
+    "host_name_setting",
     "load_settings",
     "parse_shard",
     "scrub_url_passwords",
@@ -261,6 +263,28 @@ class ApplySettings(BaseModel):
     load_timeout_s: Seconds = 120.0  # Triton answers a load once the model is ready
 
 
+_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*")
+
+
+def host_name_setting(text: str) -> str:
+    """A host name or IP address as a browser sends it in ``Host`` (lower case; an
+    address in its short form); ``ValueError`` for anything else (a URL, a port)."""
+    name = str(text).strip().lower()
+    bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    try:
+        return ipaddress.ip_address(bare).compressed
+    except ValueError:
+        pass
+    if not _HOST_NAME.fullmatch(name):
+        raise ValueError(
+            f"{text!r} is not a host name or address: give the name alone, as the "
+            "browser's address bar shows it, without scheme, port or path "
+            "(e.g. dash.example.com)"
+        )
+    return name
+
+
 class UiSettings(BaseModel):
     """The web UI's access and actions. A password set means login is required."""
 
@@ -271,6 +295,22 @@ class UiSettings(BaseModel):
     secret_key: str | None = Field(default=None, repr=False, min_length=1)
     # The before/after windows of an Apply from the UI; None: those of ``apply``.
     apply_verify_s: Annotated[Seconds | None, BeforeValidator(_none_words)] = None
+    # More names the UI answers to (a reverse proxy's), besides its loopback names;
+    # set, the Host of every request is checked whatever the bind address.
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = ()
+    # Mark the session cookie Secure (the UI is reached over https, through a proxy).
+    cookie_secure: bool = False
+    # How many reverse proxies in front of the UI to believe X-Forwarded-For and
+    # X-Forwarded-Proto from (the client address of the login limit; https).
+    trusted_proxies: Annotated[int, BeforeValidator(_not_bool), Field(ge=0, le=10)] = 0
+    # Failed sign-ins (form or bearer token) one client address may make per window.
+    login_attempts: Annotated[int, BeforeValidator(_not_bool), Field(ge=1, le=10_000)] = 5
+    login_window_s: Seconds = 60.0
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(host_name_setting(name) for name in value)
 
     @field_validator("viewer_password")
     @classmethod
