@@ -62,7 +62,15 @@ def _shell() -> Any:
     role = auth.current_role() if flask.has_request_context() else None
     who: list[Any] = [html.Span(role or "", id=Shell.ROLE, className="muted role")]
     if flask.has_request_context() and flask.current_app.config.get(LOGIN_REQUIRED_KEY):
-        who.append(html.A("sign out", href="/logout", className="nav-link"))
+        # A form that posts: signing out changes state, so it is never a plain link.
+        who.append(
+            html.Form(
+                html.Button("sign out", type="submit", className="nav-link"),
+                method="POST",
+                action="/logout",
+                className="sign-out",
+            )
+        )
     return html.Div(
         [
             dcc.Store(id=Shell.VISIBLE, data=True),
@@ -127,7 +135,7 @@ def create_app(
     )
     app.server.config[REFRESH_MS_KEY] = int(round(refresh_s * 1000))
     queries = queries or DashboardQueries(store, slo_p95_ms=slo_p95_ms)
-    install_access(app.server, ui, host=host)
+    install_access(app.server, ui, host=host, inline_script_hashes=app.csp_hashes)
 
     pages = [importlib.import_module(f"dashboard.pages.{name}") for name in PAGES]
     app.layout = _shell

@@ -59,7 +59,7 @@ def test_each_password_signs_in_its_role(client, password: str, role: str) -> No
     layout = client.get("/_dash-layout").get_data(as_text=True)
     assert f'"children": "{role}"' in layout or f'"children":"{role}"' in layout
     assert ADMIN_PW not in layout and VIEWER_PW not in layout
-    client.get("/logout")
+    client.post("/logout")  # signing out is a POST (a GET offers the button)
     assert client.get("/findings").status_code == 302
 
 
