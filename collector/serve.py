@@ -112,6 +112,8 @@ class Service:
     def start(self) -> None:
         import waitress
 
+        from dashboard.app import waitress_options
+
         self.collector.start()
         self.alerts.start()
         self._server = waitress.create_server(
@@ -120,6 +122,7 @@ class Service:
             port=self._port,
             threads=self._threads,
             ident="batchscope",
+            **waitress_options(self.settings.ui),
         )
         self._thread = threading.Thread(target=self._server.run, name="ui", daemon=True)
         self._thread.start()

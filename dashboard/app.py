@@ -31,7 +31,7 @@ from dashboard.ids import Alerts, Devices, Findings, Model, Overview, Recs, Shel
 from dashboard.queries import DashboardQueries
 from dashboard.theme import DARK, LIGHT
 
-__all__ = ["PAGES", "create_app", "serve"]
+__all__ = ["PAGES", "create_app", "serve", "waitress_options"]
 
 log = logging.getLogger("batchscope.dashboard")
 
@@ -178,6 +178,13 @@ def create_app(
     return app
 
 
+def waitress_options(ui: UiSettings | None) -> dict[str, Any]:
+    """What waitress needs for ``ui``: with ``ui.trusted_proxies`` it keeps the
+    proxies' X-Forwarded-* headers (which it drops by default) for the app's
+    ``ProxyFix`` to read (``dashboard.auth``)."""
+    return {"clear_untrusted_proxy_headers": False} if ui and ui.trusted_proxies else {}
+
+
 def serve(
     store: Store,
     *,
@@ -198,4 +205,11 @@ def serve(
     )
     shown = f"[{host}]" if ":" in host else host
     print(f"batchscope dashboard on http://{shown}:{port}/", flush=True)
-    waitress.serve(app.server, host=host, port=port, threads=threads, ident="batchscope")
+    waitress.serve(
+        app.server,
+        host=host,
+        port=port,
+        threads=threads,
+        ident="batchscope",
+        **waitress_options(ui),
+    )

@@ -72,8 +72,10 @@ VIEWER: Final = "viewer"
 _ROLE_KEY: Final = "batchscope_role"
 _OPEN_ROLE_KEY: Final = "BATCHSCOPE_OPEN_ROLE"
 LOGIN_REQUIRED_KEY: Final = "BATCHSCOPE_LOGIN_REQUIRED"
-# Reachable without a login: the login form itself and the stylesheet it uses.
-_PUBLIC_PREFIXES: Final = ("/login", "/assets/")
+# Reachable without a login: the login form itself and the stylesheet it uses (the
+# path itself: "/login-x" is a page of the app, which needs a login).
+_PUBLIC_PATHS: Final = frozenset({"/login"})
+_PUBLIC_PREFIXES: Final = ("/assets/",)
 #: The names of this machine a browser may use for a loopback-bound UI.
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -396,7 +398,9 @@ def install_access(
             flask.g.batchscope_bearer_role = role
             return None
         path = flask.request.path
-        if path.startswith(_PUBLIC_PREFIXES) or current_role() is not None:
+        if path in _PUBLIC_PATHS or path.startswith(_PUBLIC_PREFIXES):
+            return None
+        if current_role() is not None:
             return None
         if path.startswith("/_dash-"):  # callbacks and layout: the page must sign in
             return flask.Response(
