@@ -5,11 +5,18 @@ to its receiver; the answer decides what becomes of it.
 * 410 Gone: the receiver is marked gone (``Store.mark_receiver_gone``): this and every
   other notification for it is ``gone``, and nothing more is sent to it until the mark
   is cleared;
-* anything else (another status, a refused connection, a timeout): tried again after
-  ``backoff_s × 2^(tries-1)`` (at most ``backoff_max_s``), drawn between half and all
-  of that (jitter, so receivers coming back are not hit by every sender at once), or
-  exactly when the receiver's ``Retry-After`` says; after ``max_attempts`` tries it
+* another 4xx but 408, 425 and 429 (the receiver refuses this request: a bad body, a
+  wrong signature or secret, no such path): ``dead`` at once with the answer as its
+  reason, since the same request would be refused again;
+* anything else (5xx, 408, 425, 429, a refused connection, a timeout): tried again
+  after ``backoff_s × 2^(tries-1)`` (at most ``backoff_max_s``), drawn between half and
+  all of that (jitter, so receivers coming back are not hit by every sender at once),
+  or exactly when the receiver's ``Retry-After`` says; after ``max_attempts`` tries it
   is ``dead``.
+
+A receiver that did not answer a try (refused, or no answer within ``timeout_s``) is
+not tried again in the same pass: its other notifications stay due for the next one,
+so a receiver that hangs holds up the others for one timeout, not one per alert.
 
 Everything is in the store: a process that stops (or is killed) between two tries
 leaves the notification ``pending``, and the next delivery — in this process or a new
@@ -42,6 +49,7 @@ __all__ = [
     "backoff_s",
     "deliver_due",
     "post_notification",
+    "refused_for_good",
     "retry_after_s",
 ]
 
@@ -50,6 +58,14 @@ log = logging.getLogger("batchscope.alerts")
 _USER_AGENT = "batchscope-alerts"
 # The longest answer body kept as the error of a failed try.
 _ERROR_CHARS = 200
+# 4xx answers that say "not now" rather than "never": tried again.
+_RETRYABLE_4XX = frozenset({408, 425, 429})
+
+
+def refused_for_good(status: int | None) -> bool:
+    """Whether an answer refuses the request itself (another try gets the same): a 4xx
+    other than 408 Request Timeout, 425 Too Early and 429 Too Many Requests."""
+    return status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX
 
 
 @dataclass(frozen=True)
@@ -175,6 +191,7 @@ def deliver_due(
     lease_s = settings.timeout_s * 2 + 5.0
     held_back: list[Notification] = []
     tried: list[int] = []  # each is tried once per call, even if due again already
+    unanswered: set[str] = set()  # receivers that did not answer a try in this call
     own_session = session is None
     http = session or requests.Session()
     try:
@@ -188,7 +205,7 @@ def deliver_due(
             if n is None:
                 break
             tried.append(n.id)
-            outcome = _deliver_one(store, n, settings, gone, http, rng, clock, report)
+            outcome = _deliver_one(store, n, settings, gone, unanswered, http, rng, clock, report)
             if outcome == "held_back":
                 held_back.append(n)
             elif outcome == "gone":
@@ -214,13 +231,15 @@ def _deliver_one(
     n: Notification,
     settings: AlertSettings,
     gone: dict[str, str],
+    unanswered: set[str],
     http: requests.Session,
     rng: random.Random,
     clock: Callable[[], float],
     report: DeliveryReport,
 ) -> str:
     """Deliver one claimed notification and count it in ``report``; returns its
-    outcome (``"held_back"``: a second Slack message in this call, not tried)."""
+    outcome (``"held_back"``, not tried: a second Slack message in this call, or a
+    receiver that did not answer an earlier try of this call, named in ``unanswered``)."""
     if n.receiver in gone:
         _finish(store, n, "gone", f"receiver gone: {gone[n.receiver]}", clock())
         report.gone += 1
@@ -231,11 +250,15 @@ def _deliver_one(
         _finish(store, n, "dead", f"no receiver named {n.receiver!r} in the settings", clock())
         report.dead += 1
         return "dead"
+    if receiver.name in unanswered:
+        return "held_back"
     if receiver.slack is not None:
         if receiver.name in report.slack_sent:
             return "held_back"
         report.slack_sent.add(receiver.name)
     answer = post_notification(n, receiver, session=http, timeout_s=settings.timeout_s, now=clock())
+    if answer.status is None:
+        unanswered.add(receiver.name)
     outcome = _record(store, n, answer, settings, rng, clock())
     setattr(report, outcome, getattr(report, outcome) + 1)
     return outcome
@@ -288,7 +311,8 @@ def _record(
         store.mark_receiver_gone(n.receiver, at, "answered 410 Gone")
         log.warning("alert receiver %s answered 410 Gone: nothing more is sent to it", n.receiver)
         return "gone"
-    dead = attempts >= settings.max_attempts
+    refused = refused_for_good(answer.status)
+    dead = refused or attempts >= settings.max_attempts
     wait = answer.retry_after_s
     if wait is None:
         wait = backoff_s(attempts, settings, rng)
@@ -303,10 +327,11 @@ def _record(
     )
     if dead:
         log.warning(
-            "alert notification %s to %s is dead after %d tries: %s",
+            "alert notification %s to %s is dead after %d tries%s: %s",
             n.webhook_id,
             n.receiver,
             attempts,
+            " (refused: not tried again)" if refused else "",
             answer.error,
         )
         return "dead"
