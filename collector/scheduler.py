@@ -9,6 +9,11 @@ however many targets there are); a source whose previous scrape still runs skips
 that tick, so a slow or dead target never delays another, and a failing one is
 retried with exponential backoff up to ``backoff_max_s``.
 
+Every write goes through a ``WriteBuffer`` (``collector.store.buffer``): while the
+store cannot take writes (locked, disk full, database restarting), the scrapes' writes
+are held in memory within ``store_buffer_max_writes`` and ``store_buffer_max_bytes``
+and written in order once it is back; a store outage is not a scrape's failure.
+
 With ``shard: i/n`` the collector scrapes only the targets whose CRC-32 of the name
 mod n is i (``collector.discovery.in_shard``), and only shard 0 runs the store-wide
 jobs (analyses, rollup, retention): n collectors over one store cover each target
@@ -17,6 +22,7 @@ once and do the store's work once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -33,6 +39,7 @@ from collector.scrape_loop import LoopCounts, PeriodicJob, ScrapeLoop
 from collector.sources import SOURCES
 from collector.sources.base import Record, Source
 from collector.store import ScrapeRecord, Store
+from collector.store.buffer import BufferCounts, WriteBuffer, payload_bytes
 
 __all__ = [
     "CollectorService",
@@ -156,6 +163,10 @@ class CollectorService:
         # Sources of targets file_sd dropped or changed, until closed (by id).
         self._retired: dict[int, Source] = {}
         self._lock = threading.Lock()
+        # The store's writes, held while it is out (see the module docstring).
+        self._writes = WriteBuffer(
+            max_writes=settings.store_buffer_max_writes, max_bytes=settings.store_buffer_max_bytes
+        )
         if self._file_sd is not None:
             self.update_targets(self._file_sd.load())
 
@@ -191,7 +202,11 @@ class CollectorService:
                     source.target, source.name, kind, started, time.perf_counter() - t0,
                     interval_s=self.settings.interval_s, first_in_run=first_in_run,
                 )  # fmt: skip
-                self.store.write_scrape(snapshot, rates, scrape)
+                self._writes.submit(
+                    functools.partial(self.store.write_scrape, snapshot, rates, scrape),
+                    what=f"scrape of {source.target} at {started:.3f}",
+                    size=functools.partial(payload_bytes, snapshot, rates, scrape),
+                )
                 recorded = True
         except CollectError as exc:
             error_kind, error = exc.error_kind, str(exc)
@@ -219,17 +234,23 @@ class CollectorService:
     ) -> None:
         """Record a scrape that ``Store.write_scrape`` did not: a failed one, or one of
         a source that brings no snapshot of its own target (host, fleet mode)."""
+        write = functools.partial(
+            self.store.record_scrape,
+            source.target,
+            source.name,
+            kind=kind,
+            started_at=started,
+            duration_s=duration,
+            error_kind=error_kind,
+            error=error,
+            interval_s=self.settings.interval_s,
+            first_in_run=first_in_run,
+        )
         try:
-            self.store.record_scrape(
-                source.target,
-                source.name,
-                kind=kind,
-                started_at=started,
-                duration_s=duration,
-                error_kind=error_kind,
-                error=error,
-                interval_s=self.settings.interval_s,
-                first_in_run=first_in_run,
+            self._writes.submit(
+                write,
+                what=f"{source.name} scrape record of {source.target} at {started:.3f}",
+                size=functools.partial(payload_bytes, error),
             )
         except Exception:
             log.exception("%s/%s: could not record the scrape result", source.name, source.target)
@@ -240,8 +261,13 @@ class CollectorService:
         t = self._endpoints.get(target)
         if t is None:
             return
+        write = functools.partial(
+            self.store.record_endpoints, target, url=t.url, metrics_url=t.metrics_url
+        )
         try:
-            self.store.record_endpoints(target, url=t.url, metrics_url=t.metrics_url)
+            self._writes.submit(
+                write, what=f"endpoints of {target}", size=functools.partial(payload_bytes, t)
+            )
         except Exception:
             log.exception("%s: could not record where it is scraped", target)
 
@@ -298,24 +324,44 @@ class CollectorService:
                 log.warning("%s: could not write a %s: %s", target, type(record).__name__, exc)
                 first_error = first_error or exc
         if devices:
-            self.store.write_devices(target, now, devices)
+            self._submit(
+                f"device readings of {target}", self.store.write_devices, target, now, devices
+            )
         if processes:
-            self.store.write_processes(target, now, processes)
+            self._submit(
+                f"process readings of {target}", self.store.write_processes, target, now, processes
+            )
         if first_error is not None:  # the scrape failed with it
             raise first_error
+
+    def _submit(self, what: str, write: Callable[..., object], *args: object) -> None:
+        """``write(*args)`` through the write buffer, its size that of ``args``."""
+        self._writes.submit(
+            functools.partial(write, *args),
+            what=what,
+            size=functools.partial(payload_bytes, *args),
+        )
 
     def _write_record(self, target: str, record: Record) -> None:
         if isinstance(record, records.TritonSnapshot):
             # The per-scrape rates stored here are what every reader uses.
-            self.store.write_triton(record, self._rates_for(record))
+            rates = self._rates_for(record)
+            what = f"snapshot of {record.target} at {record.collected_at:.3f}"
+            self._submit(what, self.store.write_triton, record, rates)
         elif isinstance(record, records.HostFacts):
-            self.store.write_host_facts(target, record)
+            self._submit(f"host facts of {target}", self.store.write_host_facts, target, record)
         elif isinstance(record, records.ScrapeHealth):  # fleet mode: Prometheus's `up`
-            self.store.record_scrape(
-                record.target, record.source, kind=TRITON_KIND, started_at=record.scraped_at,
-                duration_s=record.duration_s, error_kind=None if record.up else "down",
-                error=record.error, interval_s=record.interval_s,
+            write = functools.partial(
+                self.store.record_scrape, record.target, record.source, kind=TRITON_KIND,
+                started_at=record.scraped_at, duration_s=record.duration_s,
+                error_kind=None if record.up else "down", error=record.error,
+                interval_s=record.interval_s,
             )  # fmt: skip
+            self._writes.submit(
+                write,
+                what=f"scrape record of {record.target} at {record.scraped_at:.3f}",
+                size=functools.partial(payload_bytes, record),
+            )
 
     def _rates_for(
         self, snapshot: records.TritonSnapshot
@@ -490,6 +536,7 @@ class CollectorService:
     def start(self) -> None:
         settings = self.settings
         self._stopped = False
+        self._writes.start()
         self._loop = ScrapeLoop(
             self.run_source,
             interval_s=settings.interval_s,
@@ -582,6 +629,13 @@ class CollectorService:
             if not job.join(_SLOW_JOB_WAIT_S):
                 log.warning("%s still running at shutdown; not waited for", job.name)
         self._jobs = []
+        # The last scrape submitted its writes: one more try at what is held.
+        self._writes.stop(_SLOW_JOB_WAIT_S)
+
+    def store_buffer(self) -> BufferCounts:
+        """What the write buffer holds now and did since start (held while the store
+        was out, written later, dropped over the bound)."""
+        return self._writes.counts()
 
     def run(self, duration_s: float | None, stop: threading.Event | None = None) -> None:
         """Collect until ``duration_s`` has passed or ``stop`` is set."""

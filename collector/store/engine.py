@@ -54,7 +54,8 @@ class Database:
     """An engine, its read and write sessions, and the schema set up on first use.
 
     ``url`` is a SQLAlchemy URL: ``sqlite:///batchscope.db`` (a file, relative to the
-    working directory), ``sqlite://`` (in memory, one connection; tests only) or
+    working directory; ``?timeout=S`` sets how long a writer waits for another
+    writer's lock, 10 s by default), ``sqlite://`` (in memory, one connection; tests only) or
     ``postgresql+psycopg://user@host/db``. A URL that cannot be parsed or names an
     unknown backend raises ``ConfigError("db_url", ...)`` here; a database that cannot
     be opened raises it on first use (and is tried again on the next). The password
@@ -285,11 +286,13 @@ def _create_sqlite_engine(url: URL, pool: dict[str, Any]) -> Engine:
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:
         engine = create_engine(url, **pool)
-    _configure_sqlite(engine, wal=not in_memory)
+    # The URL's ``timeout`` (seconds) is the driver's busy timeout; else batchscope's.
+    busy_ms = None if "timeout" in url.query else _SQLITE_BUSY_TIMEOUT_MS
+    _configure_sqlite(engine, wal=not in_memory, busy_timeout_ms=busy_ms)
     return engine
 
 
-def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
+def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_ms: int | None) -> None:
     """WAL lets the dashboard read while the collector writes; the busy timeout makes
     a second writer wait instead of failing; foreign keys are off by default in SQLite.
 
@@ -304,7 +307,8 @@ def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
+        if busy_timeout_ms is not None:
+            cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
         cursor.execute("PRAGMA foreign_keys = ON")
         if wal:
             cursor.execute("PRAGMA journal_mode = WAL")

@@ -1,0 +1,311 @@
+"""The store out from under a running collector, by real faults from outside: SQLite
+locked by another process's write transaction, the disk under it full, the PostgreSQL
+server stopped and started again. The collector scrapes a simulated Triton fleet
+meanwhile; what it could not write is held in memory within its bound and written,
+in order, once the store is back; what was committed before is kept.
+
+Disk full is a tmpfs of a few MiB mounted for the test (root may mount one; the test
+is skipped, saying so, where mounting is not permitted) filled by a file until
+ENOSPC, then freed by deleting that file. PostgreSQL is Debian's cluster, stopped
+(``pg_ctlcluster ... stop -m fast``: connections are cut mid-transaction) and started
+again; the test ends only once the server accepts connections again.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
+
+from collector.config import load_settings
+from collector.errors import ConfigError
+from collector.scheduler import CollectorService
+from collector.store.buffer import BufferCounts
+from collector.testbed.fleet import Fleet
+from tests.reliability.conftest import FaultLedger
+from tests.reliability.store_support import (
+    StoredScrapes,
+    fleet_collector,
+    settings_for,
+    stored_scrapes,
+    wait_for_process_line,
+)
+from tests.support import wait_until
+
+# Holds the write lock of the SQLite file argv[1] until a line comes on stdin.
+_LOCK_HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+"""
+_HOLD_S = 3.0  # how long the other writer keeps the lock
+_WAIT_S = 30.0  # the bound of every wait for the collector
+
+
+def _made(service: CollectorService) -> int:
+    """Scrapes the collector made (every one succeeded: see ``_assert_all_made``)."""
+    return sum(service.health(source).attempts for source in service.sources)
+
+
+def _held_now(service: CollectorService) -> BufferCounts:
+    return service.store_buffer()
+
+
+def _assert_kept(before: StoredScrapes, after: StoredScrapes) -> None:
+    """Nothing committed before the fault is gone; the writes kept their order."""
+    assert set(before.sample_ids) <= set(after.sample_ids)
+    assert after.in_write_order()
+    assert after.down_transitions == 0  # a store outage is not a target's failure
+
+
+def _log_text(caplog: pytest.LogCaptureFixture) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records if r.name == "batchscope.store")
+
+
+def test_the_buffer_bounds_are_validated_at_start_naming_the_field() -> None:
+    for field, value in (("store_buffer_max_writes", "0"), ("store_buffer_max_bytes", "lots")):
+        with pytest.raises(ConfigError, match=f"invalid setting {field}"):
+            load_settings(overrides={field: value})
+
+
+def test_sqlite_locked_by_another_writer(
+    tmp_path: Path, fault_ledger: FaultLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="batchscope.store")
+    db = tmp_path / "store.db"
+    url = f"sqlite:///{db}?timeout=0.3"  # a writer waits 0.3 s for the lock, then fails
+    with Fleet(3, 2, tick_s=0.1) as fleet, fleet_collector(settings_for(fleet, url)) as service:
+        wait_until(lambda: len(stored_scrapes(url).scrapes) >= 6, _WAIT_S, "first scrapes")
+        before = stored_scrapes(url)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _LOCK_HOLDER, str(db)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_for_process_line(holder, "locked", _WAIT_S)
+            locked_at = time.time()
+            wait_until(lambda: _held_now(service).held > 0, _WAIT_S, "a write held")
+            time.sleep(max(0.0, locked_at + _HOLD_S - time.time()))  # the lock's length
+            peak = service.store_buffer()
+            assert holder.stdin is not None
+            holder.stdin.write("\n")
+            holder.stdin.close()
+            assert holder.wait(timeout=_WAIT_S) == 0
+            released_at = time.time()
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
+        wait_until(lambda: _held_now(service).held == 0, _WAIT_S, "the held writes written")
+        caught_up_s = time.time() - released_at
+    counts, made = service.store_buffer(), _made(service)
+    after = stored_scrapes(url)
+
+    assert peak.held >= 3 and counts.buffered >= peak.held
+    assert (counts.written, counts.dropped, counts.lost) == (counts.buffered, 0, 0)
+    assert len(after.scrapes) == made  # every scrape made is in the store
+    during = after.in_window(locked_at, released_at)
+    assert during >= 3
+    _assert_kept(before, after)
+    logged = _log_text(caplog)
+    assert "holding writes in memory" in logged and "store back after" in logged
+    fault_ledger.record(
+        area="store",
+        fault="SQLite write lock held 3 s by another process (BEGIN EXCLUSIVE), busy timeout 0.3 s",
+        tries=1,
+        outcome=f"{counts.buffered} scrape writes held in memory (peak {peak.held}, "
+        f"{peak.held_bytes} bytes), all written {caught_up_s:.1f} s after the lock was "
+        f"released, in order; {during} scrapes of the locked window and {made}/{made} of "
+        f"the run in the store; {len(before.sample_ids)} rows committed before all kept",
+        lost="nothing",
+    )
+
+
+def _fill(path: Path) -> int:
+    """Write ``path`` until its file system is full; the bytes written."""
+    written = 0
+    chunk = b"\0" * 65536
+    with path.open("wb", buffering=0) as out:
+        while True:
+            try:
+                written += out.write(chunk) or 0
+            except OSError as err:
+                assert err.errno == errno.ENOSPC, err
+                break
+    return written
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a tmpfs of 8 MiB of its own, unmounted after the test."""
+    where = tmp_path / "small"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): needs root")
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], timeout=30).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], timeout=30)
+
+
+def test_disk_full_then_freed(
+    small_disk: Path, fault_ledger: FaultLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="batchscope.store")
+    db = small_disk / "store.db"
+    url = f"sqlite:///{db}"
+    bound = 8  # held writes at most: a full disk for long outlasts it
+    with (
+        Fleet(3, 2, tick_s=0.1) as fleet,
+        fleet_collector(settings_for(fleet, url, store_buffer_max_writes=bound)) as service,
+    ):
+        wait_until(lambda: len(stored_scrapes(url).scrapes) >= 6, _WAIT_S, "first scrapes")
+        before = stored_scrapes(url)
+        filler = small_disk / "filler"
+        filled = _fill(filler)
+        wait_until(lambda: _held_now(service).held > 0, _WAIT_S, "a write held (disk full)")
+        full_at = time.time()
+        wait_until(lambda: _held_now(service).dropped >= 5, _WAIT_S, "the bound passed")
+        peak = service.store_buffer()
+        filler.unlink()
+        freed_at = time.time()
+        wait_until(lambda: _held_now(service).held == 0, _WAIT_S, "the held writes written")
+        caught_up_s = time.time() - freed_at
+    counts, made = service.store_buffer(), _made(service)
+    after = stored_scrapes(url)
+    with sqlite3.connect(db) as conn:
+        integrity = conn.execute("PRAGMA integrity_check").fetchall()
+
+    assert integrity == [("ok",)]
+    assert peak.held <= bound and counts.dropped >= 5
+    assert counts.written == counts.buffered - counts.dropped and counts.rejected == 0
+    # The scrapes not in the store are exactly the ones dropped over the bound.
+    assert made - len(after.scrapes) == counts.dropped
+    _assert_kept(before, after)
+    logged = _log_text(caplog)
+    assert "dropping the oldest" in logged and "store back after" in logged
+    fault_ledger.record(
+        area="store",
+        fault="disk full: the SQLite store on an 8 MiB tmpfs filled by a file "
+        f"({filled // 1024} KiB) until ENOSPC, then the file deleted",
+        tries=1,
+        outcome=f"no crash; {counts.buffered} scrape writes held (bound {bound}: "
+        f"{counts.dropped} oldest dropped, counted and logged), {counts.written} written "
+        f"{caught_up_s:.1f} s after space returned ({freed_at - full_at:.1f} s full), in "
+        f"order; integrity_check ok; {len(before.sample_ids)} rows committed before all kept",
+        lost=f"{counts.dropped} scrapes dropped over the bound (counted); nothing committed",
+    )
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def _cluster(port: int) -> tuple[str, str] | None:
+    """The (version, name) of the Debian PostgreSQL cluster on ``port``."""
+    try:
+        listed = subprocess.run(
+            ["pg_lsclusters", "--no-header"], capture_output=True, text=True, timeout=30
+        )
+    except FileNotFoundError:
+        return None
+    for line in listed.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] == str(port):
+            return fields[0], fields[1]
+    return None
+
+
+def _accepts(url: str) -> bool:
+    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 2})
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return True
+    except OperationalError:
+        return False
+    finally:
+        engine.dispose()
+
+
+def _pg_ctl(cluster: tuple[str, str], *action: str) -> None:
+    done = subprocess.run(
+        ["pg_ctlcluster", *cluster, *action], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.postgres
+def test_postgresql_restarted_mid_write(
+    pg_url: str, fault_ledger: FaultLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="batchscope.store")
+    port = make_url(pg_url).port or 5432
+    cluster = _cluster(port)
+    if cluster is None:
+        pytest.skip(f"no Debian PostgreSQL cluster (pg_lsclusters) on port {port} to restart")
+    with Fleet(4, 4, tick_s=0.1) as fleet:
+        settings = settings_for(fleet, pg_url, interval_s=0.2)
+        with fleet_collector(settings) as service:
+            wait_until(lambda: len(stored_scrapes(pg_url).scrapes) >= 8, _WAIT_S, "first scrapes")
+            before = stored_scrapes(pg_url)
+            try:
+                # Fast shutdown: the server cuts every connection, in a transaction or not.
+                _pg_ctl(cluster, "stop", "-m", "fast")
+                stopped_at = time.time()
+                wait_until(lambda: _held_now(service).held >= 20, _WAIT_S, "writes held")
+                peak = service.store_buffer()
+                _pg_ctl(cluster, "start")
+                started_at = time.time()
+            finally:
+                if not _accepts(pg_url):
+                    subprocess.run(["pg_ctlcluster", *cluster, "start"], timeout=120)
+                wait_until(lambda: _accepts(pg_url), 60, "PostgreSQL to accept connections")
+            wait_until(lambda: _held_now(service).held == 0, _WAIT_S, "the held writes written")
+            caught_up_at = time.time()
+        counts, made = service.store_buffer(), _made(service)
+    after = stored_scrapes(pg_url)
+
+    assert peak.out_since is not None and counts.out_since is None
+    assert (counts.written, counts.dropped, counts.lost) == (counts.buffered, 0, 0)
+    assert counts.buffered >= peak.held >= 20
+    assert len(after.scrapes) == made
+    during = after.in_window(peak.out_since, caught_up_at)
+    assert during >= 20
+    _assert_kept(before, after)
+    assert "store back after" in _log_text(caplog)
+    fault_ledger.record(
+        area="store",
+        fault="PostgreSQL stopped (fast shutdown, connections cut mid-write) and started "
+        "again under a collector writing 20 scrapes/s",
+        tries=1,
+        outcome=f"stopped {started_at - stopped_at:.1f} s (first failed write to last held "
+        f"one written: {caught_up_at - peak.out_since:.1f} s): {counts.buffered} scrape writes "
+        f"held (peak {peak.held}, {peak.held_bytes} bytes); the collector reconnected and "
+        f"wrote them all in order; {during} scrapes of the outage and {made}/{made} of the "
+        f"run in the store; "
+        f"{len(before.sample_ids)} rows committed before all kept",
+        lost="nothing",
+    )
