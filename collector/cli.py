@@ -650,6 +650,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # Their routine messages (each migration step) are noise at INFO.
     logging.getLogger("alembic").setLevel(logging.WARNING if not args.verbose else logging.INFO)
+    # urllib3 logs every request's path at DEBUG, and a Slack webhook's path is its
+    # token: not even -v prints it.
+    logging.getLogger("urllib3").setLevel(logging.INFO)
     return _run(args)
 
 
