@@ -183,6 +183,40 @@ def json_like(keys: list[str]) -> st.SearchStrategy[Any]:
     )
 
 
+@st.composite
+def leaf_replaced(draw: st.DrawFn, seeds: list[bytes], values: st.SearchStrategy[Any]) -> Any:
+    """A recorded document, decoded, with one to three of its values (a leaf or a whole
+    object or list) replaced by arbitrary JSON: the mapper meets a wrong type or value
+    deep inside an otherwise valid document."""
+    doc = json.loads(draw(st.sampled_from(seeds)))
+    for _ in range(draw(st.integers(1, 3))):
+        paths = _paths(doc, [])
+        path = draw(st.sampled_from(paths))
+        if not path:
+            doc = draw(values)
+            continue
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        if draw(st.booleans()) and isinstance(parent, dict):
+            del parent[path[-1]]  # a key left out
+        else:
+            parent[path[-1]] = draw(values)
+    return doc
+
+
+def _paths(node: Any, path: list[Any]) -> list[list[Any]]:
+    """The path of ``node`` and of every value inside it."""
+    found = [path]
+    if isinstance(node, dict):
+        for key, child in node.items():
+            found += _paths(child, [*path, key])
+    elif isinstance(node, list):
+        for index, child in enumerate(node):
+            found += _paths(child, [*path, index])
+    return found
+
+
 def _dumps(doc: Any) -> bytes:
     return json.dumps(doc, allow_nan=True).encode()
 
@@ -252,8 +286,8 @@ def check_config_doc(doc: Any) -> None:
 EXPOSITION_INPUTS = _BYTES | _TEXT.map(str.encode) | mutated(METRICS_PAGES)
 STATS_INPUTS = _BYTES | mutated(STATS_DOCS)
 CONFIG_INPUTS = _BYTES | _TEXT.map(str.encode) | mutated(CONFIG_DOCS + METADATA_DOCS)
-STATS_DOCS_GEN = json_like(_STATS_KEYS)
-CONFIG_DOCS_GEN = json_like(_CONFIG_KEYS)
+STATS_DOCS_GEN = json_like(_STATS_KEYS) | leaf_replaced(STATS_DOCS, json_like(_STATS_KEYS))
+CONFIG_DOCS_GEN = json_like(_CONFIG_KEYS) | leaf_replaced(CONFIG_DOCS, json_like(_CONFIG_KEYS))
 
 # (name, strategy, property, pinned examples: inputs that once escaped)
 PROPERTIES: list[tuple[str, st.SearchStrategy[Any], Callable[[Any], None], list[Any]]] = [
@@ -319,8 +353,10 @@ _DESCRIBE = {
     "statistics": "arbitrary bytes and mutated statistics documents, to the json path "
     "and the cached byte-scan parser (fresh and warm)",
     "config": "arbitrary bytes/text and mutated model configs and server metadata",
-    "statistics document": "arbitrary JSON shaped like Triton's statistics",
-    "config document": "arbitrary JSON shaped like a model config",
+    "statistics document": "arbitrary JSON with the statistics' keys, and recorded "
+    "statistics with values replaced or left out",
+    "config document": "arbitrary JSON with a model config's keys, and recorded configs "
+    "with values replaced or left out",
 }
 _FIXED: dict[str, str] = {}
 
