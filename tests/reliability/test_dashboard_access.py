@@ -38,8 +38,9 @@ from collector.errors import ConfigError
 from collector.exporter.cli import DEFAULT_LISTEN, parse_listen
 from collector.serve import Service
 from collector.store import Store
+from dashboard import app as dashboard_app
 from dashboard.actions import ConfigActions
-from dashboard.app import create_app, serve, waitress_options
+from dashboard.app import create_app, serve
 from dashboard.ids import Recs
 from dashboard.queries import DashboardQueries, to_json
 from tests.reliability.conftest import FaultLedger
@@ -217,21 +218,35 @@ def running_ui(tmp_path: Path, ui: UiSettings, *, bind: str = "127.0.0.1") -> It
     target = target_from_url(f"http://127.0.0.1:{witness.port}")
     store.add_recommendation(replace(recommendation(), target=target.name))
     actions = ConfigActions(store, [target])
-    server: Any = None
+    stop = threading.Event()
     thread: threading.Thread | None = None
     try:
         app = create_app(store, actions=actions, ui=ui, host=bind)
-        server = waitress.create_server(
-            app.server, host="127.0.0.1", port=0, threads=4, **waitress_options(ui)
+        # What `serve` passes waitress: only a trusted proxy changes it (and the module
+        # is read here, so that this file also runs against a dashboard without it).
+        options = (
+            dashboard_app.waitress_options(ui) if "trusted_proxies" in ui.model_fields_set else {}
         )
-        thread = threading.Thread(target=server.run, name="ui", daemon=True)
+        server = waitress.create_server(app.server, host="127.0.0.1", port=0, threads=4, **options)
+
+        def run() -> None:
+            # waitress's own loop, stopped and closed from its thread (closing its
+            # sockets from another thread while it polls them fails in the loop).
+            try:
+                while not stop.is_set():
+                    server.asyncore.loop(timeout=0.05, map=server._map, count=1)
+            finally:
+                server.task_dispatcher.shutdown()
+                server.asyncore.close_all(server._map)
+
+        thread = threading.Thread(target=run, name="ui", daemon=True)
         thread.start()
         yield RunningUi(app, store, int(server.effective_port), witness, target)
     finally:
-        if server is not None:
-            server.close()
+        stop.set()
         if thread is not None:
             thread.join(timeout=10)
+            assert not thread.is_alive(), "the UI server did not stop"
         actions.close()
         store.close()
         witness.close()
@@ -345,7 +360,7 @@ def test_a_ui_bound_to_the_network_never_applies_without_a_login(
 # ----------------------------------------------------------- login on every path
 
 
-def test_every_page_and_callback_needs_a_login(tmp_path: Path, fault_ledger: FaultLedger) -> None:
+def test_every_page_needs_a_login(tmp_path: Path, fault_ledger: FaultLedger) -> None:
     with running_ui(tmp_path, PASSWORDS) as ui:
         tries = 0
         for path in (*PAGES, "/loginx", "/login/../findings", "/login-page"):
@@ -356,6 +371,38 @@ def test_every_page_and_callback_needs_a_login(tmp_path: Path, fault_ledger: Fau
         for path in ("/_dash-layout", "/_dash-dependencies"):
             assert ui.request("GET", path).status == 401, path
             tries += 1
+    fault_ledger.record(
+        area="access",
+        fault="signed-out GET of every page (incl. /loginx, /login/../findings, /login-page), "
+        "_dash-layout and _dash-dependencies",
+        tries=tries,
+        outcome=f"{tries}/{tries} refused: pages 302 to /login, Dash routes 401",
+    )
+
+
+def test_every_callback_needs_a_login_from_this_site(
+    tmp_path: Path, fault_ledger: FaultLedger
+) -> None:
+    """Every callback of the app posted signed out is 401; Apply posted by a viewer is
+    refused on the server; an admin's session posting Apply from another site or under
+    another Host is refused before the callback runs."""
+    with running_ui(tmp_path, PASSWORDS) as ui:
+        dependencies = ui.request(
+            "GET", "/_dash-dependencies", headers={"Authorization": f"Bearer {VIEWER_PW}"}
+        )
+        assert dependencies.status == 200
+        callbacks = json.loads(dependencies.text)
+        assert len(callbacks) >= 20
+        for spec in callbacks:
+            body = {"output": spec["output"], "inputs": [], "state": [], "changedPropIds": []}
+            reply = ui.request(
+                "POST",
+                "/_dash-update-component",
+                headers={"Content-Type": "application/json"},
+                body=json.dumps(body).encode(),
+            )
+            assert reply.status == 401, (spec["output"], reply.status)
+        tries = len(callbacks)
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Cookie": "session=forged"}):
             reply = ui.apply(headers)
             assert reply.status == 401, (headers, reply.status)
@@ -370,21 +417,22 @@ def test_every_page_and_callback_needs_a_login(tmp_path: Path, fault_ledger: Fau
         tries += 2
         # An admin's session from another site, or under another Host: refused.
         admin = ui.session(ADMIN_PW)
-        assert ui.apply({**admin, "Origin": "http://evil.example"}).status == 403
-        assert ui.apply({**admin, "Host": f"evil.example:{ui.port}"}).status == 421
+        cross_site = ui.apply({**admin, "Origin": "http://evil.example"})
+        assert cross_site.status == 403, (cross_site.status, cross_site.text[:200])
+        rebound = ui.apply({**admin, "Host": f"evil.example:{ui.port}"})
+        assert rebound.status == 421, (rebound.status, rebound.text[:200])
         tries += 2
         assert ui.witness.connections == 0 and not ui.applied()
         ran = ui.apply({**admin, **same_site})
         assert ran.status == 200 and RAN in ran.text and ui.witness.connections == 1
     fault_ledger.record(
         area="access",
-        fault="signed-out pages (incl. /loginx, /login/../findings), _dash-layout, "
-        "_dash-dependencies, Apply without or with a wrong login, Apply by a viewer, "
-        "Apply by an admin from another site or Host",
+        fault=f"each of the {len(callbacks)} callbacks posted signed out; Apply with a wrong "
+        "token or forged cookie, by a viewer, and by an admin from another site or Host",
         tries=tries,
-        outcome=f"{tries}/{tries} refused (pages 302 to /login, Dash routes 401, viewer "
-        "'Only an admin', cross-site 403, foreign Host 421); Apply's target contacted "
-        "0 times until the admin's own post, which ran",
+        outcome=f"{tries}/{tries} refused (signed out 401, viewer 'Only an admin', "
+        "cross-site 403, foreign Host 421); Apply's target contacted 0 times until the "
+        "admin's own post, which ran",
     )
 
 
@@ -592,6 +640,7 @@ def test_every_response_forbids_framing_and_sniffing(
         expected_status["not found"] = 404
         for name, reply in replies.items():
             assert reply.status == expected_status.get(name, 200), (name, reply.status)
+            assert "Content-Security-Policy" in reply.headers, name
             directives = _directives(reply.headers["Content-Security-Policy"])
             assert directives["frame-ancestors"] == "'none'", name
             assert "'unsafe-inline'" not in directives["script-src"], name
