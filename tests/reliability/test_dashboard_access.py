@@ -514,7 +514,9 @@ def _cookie_flags(set_cookie: str) -> set[str]:
     return {part.strip().lower() for part in set_cookie.split(";")[1:]}
 
 
-def test_the_session_cookie_is_httponly_samesite_and_secure_behind_tls(tmp_path: Path) -> None:
+def test_the_session_cookie_is_httponly_samesite_and_secure_behind_tls(
+    tmp_path: Path, fault_ledger: FaultLedger
+) -> None:
     with running_ui(tmp_path, PASSWORDS) as ui:
         plain = _cookie_flags(ui.sign_in(ADMIN_PW).headers["Set-Cookie"])
         assert {"httponly", "samesite=lax"} <= plain and "secure" not in plain
@@ -543,6 +545,13 @@ def test_the_session_cookie_is_httponly_samesite_and_secure_behind_tls(tmp_path:
             assert reply.status == 302
             flags = _cookie_flags(reply.headers["Set-Cookie"])
             assert {"httponly", "samesite=lax", "secure"} <= flags
+    fault_ledger.record(
+        area="access",
+        fault="X-Forwarded-Proto: https sent straight to the UI, no proxy trusted",
+        tries=1,
+        outcome="not believed: cookie HttpOnly, SameSite=Lax, not Secure; Secure with "
+        "ui.cookie_secure, and with ui.trusted_proxies 1 behind a proxy saying https",
+    )
 
 
 # ----------------------------------------------------------------- login limit
