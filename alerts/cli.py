@@ -261,9 +261,10 @@ def _cmd_test(args: argparse.Namespace) -> int:
             f"(HTTP {sent.last_status})"
         )
         return 0
+    later = "delivery retries it" if sent.state == "pending" else "it is not tried again"
     print(
         f"batchscope: {receiver.name} did not take the test notification {sent.webhook_id}: "
-        f"{sent.last_error} (it is {sent.state}; delivery retries it)",
+        f"{sent.last_error} (it is {sent.state}; {later})",
         file=sys.stderr,
     )
     return 1
