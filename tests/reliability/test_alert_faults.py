@@ -19,11 +19,14 @@ from typing import Any
 
 import pytest
 import requests
+from plotly.utils import PlotlyJSONEncoder
 
 from alerts.delivery import DeliveryWorker
 from alerts.engine import evaluate_alerts
 from collector.config import AlertSettings, Settings
 from collector.store import Store
+from dashboard.components.alerts import outbox_panel
+from dashboard.queries.alerts import read_alerts
 from tests.alert_support import Receiver, add_saturation_findings
 from tests.reliability.alerts_support import PlannedReceiver, outbox_counts
 from tests.reliability.conftest import FaultLedger
@@ -208,10 +211,14 @@ def test_4xx_answers_are_dead_at_once_with_the_reason(
         for r in receivers:
             r.__exit__(None, None, None)
     failed = {f["webhook_id"]: f for f in cli_failed(f"sqlite:///{tmp_path / 'alerts.db'}")}
+    # The alerts page lists each with its reason too.
+    view = read_alerts(store, time.time())
+    page = json.dumps(outbox_panel(view.outbox, view.failed), cls=PlotlyJSONEncoder)
     for status, receiver in zip(statuses, receivers, strict=True):
         name = f"r{status}"
         ids = set(sent[status])
         assert set(failed) >= ids, f"{name}: not all listed by batchscope alerts"
+        assert all(i in page for i in ids) and f"HTTP {status}" in page, name
         assert receiver.delivered() == set()
         if status == 410:
             # Gone: the first answer marks the receiver; nothing more is sent to it.
@@ -236,10 +243,10 @@ def test_4xx_answers_are_dead_at_once_with_the_reason(
             tries=len(ids),
             outcome=(
                 f"3 sent, 1 request: the receiver marked gone, all 3 'gone' with the reason "
-                f"in `batchscope alerts` (outbox settled in {took:.1f} s)"
+                f"in `batchscope alerts` and on the alerts page (outbox settled in {took:.1f} s)"
                 if status == 410
                 else f"3 sent, {receiver.requests()} requests: each dead after its one try "
-                f"with 'HTTP {status}' in `batchscope alerts`, not retried "
+                f"with 'HTTP {status}' in `batchscope alerts` and on the alerts page, not retried "
                 f"(outbox settled in {took:.1f} s)"
             ),
         )
