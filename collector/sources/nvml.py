@@ -12,7 +12,11 @@ The shape follows nvitop's device API, in three modules:
   reading methods each make at most one NVML call per tick;
 - this module: the source, which (re)enumerates the GPUs and turns their readings
   into records. A lost GPU yields an unhealthy ``DeviceSample``, the others are read
-  as usual, and the next tick re-enumerates.
+  as usual, and the next tick re-enumerates. The GPU count is asked every tick, so a
+  GPU that appears later (hot-plugged, or back after a reset) is enumerated at once.
+  NVML that stops answering as a whole after its init (the driver unloaded or
+  upgraded under the collector) fails that collection with ``NvmlStopped`` (the
+  reason recorded); the next one initialises NVML again.
 
 Units: NVML reports power in milliwatts and energy in millijoules; the records carry
 watts and joules. Memory is in bytes, clocks in MHz, utilization in percent.
@@ -20,6 +24,7 @@ watts and joules. Memory is in bytes, clocks in MHz, utilization in percent.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -39,7 +44,7 @@ from collector.sources.nvml_devices import (
     MigInstance,
     NvmlDevice,
 )
-from collector.sources.nvml_library import GpuLost, NoNvidiaGpu, NvmlLibrary
+from collector.sources.nvml_library import GpuLost, NoNvidiaGpu, NvmlLibrary, NvmlStopped
 
 __all__ = ["Gpu", "GpuLost", "MigInstance", "NvmlSource"]
 
@@ -78,6 +83,7 @@ class NvmlSource:
         self._initialized = False
         self._gpus: list[Gpu] = []
         self._stale = True  # enumerate (again) before the next reading
+        self._count: int | None = None  # the GPU count NVML gave at the last enumeration
         self._uuid_by_index: dict[int, str] = {}
         self._absent_logged = False
 
@@ -99,7 +105,13 @@ class NvmlSource:
                 self._absent_logged = True
             return [self._facts(absent.reason)]
         self._absent_logged = False
-        return [self._facts(None), *self._readings()]
+        try:
+            readings = self._readings()
+        except NvmlStopped as stopped:
+            log.warning("%s; NVML is initialised again on the next collection", stopped)
+            self._forget_nvml()
+            raise
+        return [self._facts(None), *readings]
 
     def _facts(self, nvml_absent: str | None) -> HostFacts:
         return HostFacts(
@@ -110,6 +122,8 @@ class NvmlSource:
         )
 
     def _readings(self) -> list[DeviceSample | ProcessSample]:
+        if not self._stale and self._lib.query("nvmlDeviceGetCount") != self._count:
+            self._stale = True  # a GPU came or went
         if self._stale:
             self._enumerate()
         devices: list[DeviceSample | ProcessSample] = []
@@ -147,6 +161,19 @@ class NvmlSource:
         self._initialized = False
         self._lib.shutdown()
 
+    def _forget_nvml(self) -> None:
+        """Drop every handle of an NVML that stopped answering, so that the next
+        collection initialises it again (best effort: it may not answer this either)."""
+        for gpu in self._gpus:
+            with contextlib.suppress(CollectError):
+                gpu.release()
+        self._gpus = []
+        self._count = None
+        self._stale = True
+        self._initialized = False
+        with contextlib.suppress(CollectError):
+            self._lib.shutdown()
+
     # -- lifecycle and enumeration
 
     def _ensure_initialized(self) -> None:
@@ -161,6 +188,7 @@ class NvmlSource:
         count = self._lib.query("nvmlDeviceGetCount")
         if count is None:
             raise CollectError("NVML could not count the GPUs on this host")
+        self._count = count
         previous = {gpu.uuid: gpu for gpu in self._gpus}
         gpus: list[Gpu] = []
         for index in range(count):

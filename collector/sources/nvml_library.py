@@ -11,6 +11,10 @@ turns NVML's error codes into what a collector can use:
   answers a sizing call with SUCCESS): "no samples", the caller's ``not_found``.
 - GPU_IS_LOST, RESET_REQUIRED: ``GpuLost``; that GPU yields an unhealthy
   ``DeviceSample``, the others are read as usual, and the next tick re-enumerates.
+- UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH after a successful init
+  (the driver unloaded or upgraded under a running collector, NVML shut down):
+  ``NvmlStopped``; the source fails that collection with the reason and initialises
+  NVML again on the next one.
 - anything else: ``None`` for that reading, logged once.
 """
 
@@ -23,12 +27,13 @@ from typing import Any, Protocol
 
 from collector.errors import CollectError, NvmlUnavailable
 
-__all__ = ["GpuLost", "NoNvidiaGpu", "NvmlLibrary", "QueriedDevice"]
+__all__ = ["GpuLost", "NoNvidiaGpu", "NvmlLibrary", "NvmlStopped", "QueriedDevice"]
 
 # Messages keep the logger name of the source, which operators filter on.
 log = logging.getLogger("collector.sources.nvml")
 
 # NVML return codes (nvml.h ``nvmlReturn_t``; part of the C ABI, so fixed).
+_UNINITIALIZED = 1
 _NOT_SUPPORTED = 3
 _NO_PERMISSION = 4
 _NOT_FOUND = 6
@@ -59,6 +64,15 @@ _INIT_UNAVAILABLE = {
 # mismatch is a GPU host in trouble, and stays a failure.
 _INIT_ABSENT = {_LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED}
 
+# What a call answers when NVML as a whole stopped working after its init: no reading
+# of any device can be had until NVML is initialised again (which may fail for good:
+# the driver is gone).
+_LIBRARY_STOPPED = {
+    _UNINITIALIZED: "NVML is no longer initialised",
+    _DRIVER_NOT_LOADED: _INIT_UNAVAILABLE[_DRIVER_NOT_LOADED],
+    _LIB_RM_VERSION_MISMATCH: _INIT_UNAVAILABLE[_LIB_RM_VERSION_MISMATCH],
+}
+
 # Device failures: the value becomes ``DeviceSample.error``.
 _DEVICE_FAILURES = {_GPU_IS_LOST: "gpu_is_lost", _RESET_REQUIRED: "reset_required"}
 
@@ -72,6 +86,16 @@ class GpuLost(CollectError, kind="gpu_is_lost"):
 
     def __init__(self, reason: str, fn_name: str) -> None:
         super().__init__(f"{fn_name}: {reason}")
+        self.reason = reason
+
+
+class NvmlStopped(NvmlUnavailable, kind="nvml_unavailable"):
+    """NVML stopped answering after a successful init (the kernel driver unloaded or
+    upgraded under a running collector). ``NvmlSource.collect`` fails that collection
+    with it and initialises NVML again on the next one."""
+
+    def __init__(self, reason: str, fn_name: str) -> None:
+        super().__init__(f"NVML stopped answering ({fn_name}): {reason}")
         self.reason = reason
 
 
@@ -174,6 +198,8 @@ class NvmlLibrary:
                     return not_found
                 if code in _DEVICE_FAILURES:
                     raise GpuLost(_DEVICE_FAILURES[code], fn_name) from exc
+                if code in _LIBRARY_STOPPED:
+                    raise NvmlStopped(_LIBRARY_STOPPED[code], fn_name) from exc
                 self._log_once(logging.WARNING, device, key, code, "%s failed: %s", key, exc)
                 return None
 
