@@ -156,13 +156,27 @@ def map_metrics(families: Mapping[str, MetricFamily]) -> TritonMetrics:
     Summary quantiles that are NaN (no observation in the window) are left out. When a
     summary is split over several GPUs, the largest per-GPU quantile is kept: the
     quantile of the merged distribution is never above it, so it is a safe upper bound.
+
+    A series that adds up (a counter, a failure reason, a histogram bucket) found twice
+    on one page is a ``ParseError``: summed, it would double the model's counters (a
+    rate spike when it comes, a false restart when it goes), and no copy is more right
+    than the other.
     """
-    pairs = [
-        (_fold_of(family.name, family.type, sample.suffix, sample.labels), sample.value)
-        for family in families.values()
-        if wanted_family(family.name)
-        for sample in family.samples
-    ]
+    # One fold per series (as the fast path's caches give), so a series met twice is
+    # the same fold twice.
+    folds: dict[tuple[str, str, frozenset[tuple[str, str]]], _SeriesFold] = {}
+    pairs = []
+    for family in families.values():
+        if not wanted_family(family.name):
+            continue
+        for sample in family.samples:
+            series = (family.name, sample.suffix, frozenset(sample.labels.items()))
+            fold = folds.get(series)
+            if fold is None:
+                fold = folds[series] = _fold_of(
+                    family.name, family.type, sample.suffix, sample.labels
+                )
+            pairs.append((fold, sample.value))
     return _fold_page(pairs)
 
 
@@ -274,9 +288,12 @@ def _number_fold(
 
 
 def _fold_page(pairs: list[tuple[_SeriesFold, float]]) -> TritonMetrics:
+    """The figures of a page's (fold, value) pairs, one fold object per series (so a
+    series that adds up and comes twice is found by the fold's identity)."""
     models: dict[tuple[str, str], _ModelAccumulator] = {}
     gpu: dict[str, list[tuple[str, float]]] = {}
     server: dict[str, float] = {}
+    added: list[_SeriesFold] = []  # the folds of the series that add up, as met
     for fold, value in pairs:
         op = fold[0]
         if op >= _GPU:
@@ -293,16 +310,36 @@ def _fold_page(pairs: list[tuple[_SeriesFold, float]]) -> TritonMetrics:
         if value != value or op == _TOUCH:  # NaN: the model is known, nothing adds up
             continue
         if op == _SUM:
+            added.append(fold)
             sums = acc.sums
             sums[fold[2]] = sums.get(fold[2], 0.0) + value
         else:
+            if op in (_FAIL, _BUCKET):
+                added.append(fold)
             _fold_rare(acc, op, fold, value)
+    if len(set(map(id, added))) != len(added):
+        raise _twice(added)
     return TritonMetrics(
         models=tuple(
             _model_metrics(model, version, acc) for (model, version), acc in sorted(models.items())
         ),
         gpus=_gpus_in_order(gpu),
         server=ServerMetrics(**server) if server else None,
+    )
+
+
+def _twice(added: list[_SeriesFold]) -> ParseError:
+    """The error for the first fold of ``added`` met a second time."""
+    seen: set[int] = set()
+    for fold in added:
+        if id(fold) in seen:
+            break
+        seen.add(id(fold))
+    model, version = fold[1]
+    what = {_SUM: "counter", _FAIL: "failure reason", _BUCKET: "bucket of"}[fold[0]]
+    return ParseError(
+        f"a series appears twice on the page ({what} {' '.join(map(str, fold[2:]))} "
+        f"of model {model!r} version {version!r})"
     )
 
 
