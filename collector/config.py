@@ -337,7 +337,7 @@ class Settings(BaseSettings):
     )
 
     targets: Annotated[tuple[TargetSettings, ...], NoDecode, BeforeValidator(_comma_list)] = ()
-    db_url: str = Field("sqlite:///batchscope.db", repr=False)  # may hold a password
+    db_url: str = Field(default="sqlite:///batchscope.db", repr=False)  # may hold a password
     interval_s: Seconds = 5.0
     duration_s: Annotated[Seconds | None, BeforeValidator(_none_words)] = None
     timeout_s: Seconds = 3.0
