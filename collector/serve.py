@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from alerts.runtime import AlertsInProcess
 from collector.analysis.detect import detector_job, detector_settings
@@ -21,6 +20,7 @@ from collector.analysis.recommend import recommender_job
 from collector.config import Settings
 from collector.scheduler import CollectorService, build_sources, store_pool_size
 from collector.store import Store
+from collector.wsgi_server import BackgroundWsgiServer
 
 __all__ = ["Service", "analysis_jobs", "every", "http_url"]
 
@@ -101,31 +101,28 @@ class Service:
             slo_p95_ms=settings.slo_p95_ms,
         )
         self._host, self._port, self._threads = host, port, threads
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._server: BackgroundWsgiServer | None = None
 
     @property
     def url(self) -> str:
-        port = self._server.effective_port if self._server is not None else self._port
+        port = self._server.port if self._server is not None else self._port
         return http_url(self._host, port)
 
     def start(self) -> None:
-        import waitress
-
         from dashboard.app import waitress_options
 
         self.collector.start()
         self.alerts.start()
-        self._server = waitress.create_server(
+        self._server = BackgroundWsgiServer(
             self.app.server,
             host=self._host,
             port=self._port,
             threads=self._threads,
+            name="ui",
             ident="batchscope",
             **waitress_options(self.settings.ui),
         )
-        self._thread = threading.Thread(target=self._server.run, name="ui", daemon=True)
-        self._thread.start()
+        self._server.start()
 
     def run(self, stop: threading.Event, duration_s: float | None = None) -> None:
         """Start, wait for ``stop`` (or ``duration_s``), then stop everything."""
@@ -137,9 +134,7 @@ class Service:
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.close()
-            if self._thread is not None:
-                self._thread.join(timeout=10)
+            self._server.stop()
             self._server = None
         self.collector.shutdown()
         self.alerts.stop()  # after the last evaluation; what it left pending is kept
