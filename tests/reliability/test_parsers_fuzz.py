@@ -14,6 +14,9 @@ below as an ``@example``.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -358,7 +361,12 @@ _DESCRIBE = {
     "config document": "arbitrary JSON with a model config's keys, and recorded configs "
     "with values replaced or left out",
 }
-_FIXED: dict[str, str] = {}
+_FIXED: dict[str, str] = {
+    "statistics": "; found and fixed: a document nested 100000 deep raised RecursionError "
+    "from json's decoder (now ParseError, pinned)",
+    "config": "; found and fixed: a document nested 100000 deep raised RecursionError from "
+    "json's decoder (now ParseError, pinned)",
+}
 
 
 def test_pinned_inputs_give_parse_errors() -> None:
@@ -372,3 +380,69 @@ def test_pinned_inputs_give_parse_errors() -> None:
             parse_model_config(body.decode())
         with pytest.raises(ParseError):
             parse_server_version(body)
+
+
+# --------------------------------------------------------------------------- atheris
+
+FUZZ_S = 300  # libFuzzer's -max_total_time for the whole run
+
+
+@pytest.mark.long
+def test_coverage_guided_fuzzing_finds_no_crash(tmp_path: Path, fault_ledger: FaultLedger) -> None:
+    """tests/reliability/fuzz_inputs.py under libFuzzer for FUZZ_S seconds, from the
+    recorded answers: every reader gives records or its own errors."""
+    pytest.importorskip("atheris", reason="the fuzz extra is not installed")
+    corpus = tmp_path / "corpus"
+    seeds = _seed(corpus)
+    started = time.monotonic()
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.reliability.fuzz_inputs",
+            f"-max_total_time={FUZZ_S}",
+            "-timeout=20",  # one input slower than this is a finding too
+            "-rss_limit_mb=3072",
+            "-print_final_stats=1",
+            f"-artifact_prefix={tmp_path}/",
+            str(corpus),
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=FUZZ_S + 300,
+    )
+    elapsed = time.monotonic() - started
+    crashes = [p.name for p in tmp_path.iterdir() if p.is_file()]
+    assert run.returncode == 0 and not crashes, (crashes, run.stderr[-4000:])
+    stats = dict(re.findall(r"stat::(\w+):\s+(\d+)", run.stderr))
+    executed = int(stats["number_of_executed_units"])
+    assert executed > 1000, run.stderr[-2000:]
+    fault_ledger.record(
+        area="bad input",
+        fault="coverage-guided fuzzing (atheris/libFuzzer) of the exposition parsers, the "
+        "Triton metrics, statistics, config and server metadata parsers and the settings "
+        f"file, from {seeds} recorded answers",
+        tries=executed,
+        outcome=f"{executed} inputs in {elapsed:.0f} s, {stats.get('new_units_added', '?')} "
+        "new coverage units kept, peak RSS "
+        f"{stats.get('peak_rss_mb', '?')} MB: no crash, no input over 20 s",
+    )
+
+
+def _seed(corpus: Path) -> int:
+    # Imported here: importing the harness instruments the parsers' modules.
+    code = (
+        "import sys; from pathlib import Path; from tests.reliability.fuzz_inputs import "
+        "seed_corpus; print(seed_corpus(Path(sys.argv[1])))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(corpus)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return int(done.stdout.strip().splitlines()[-1])
