@@ -29,7 +29,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-import waitress
 from dash import Dash
 
 from collector.cli import build_parser
@@ -38,6 +37,7 @@ from collector.errors import ConfigError
 from collector.exporter.cli import DEFAULT_LISTEN, parse_listen
 from collector.serve import Service
 from collector.store import Store
+from collector.wsgi_server import BackgroundWsgiServer
 from dashboard import app as dashboard_app
 from dashboard.actions import ConfigActions
 from dashboard.app import create_app, serve
@@ -218,8 +218,7 @@ def running_ui(tmp_path: Path, ui: UiSettings, *, bind: str = "127.0.0.1") -> It
     target = target_from_url(f"http://127.0.0.1:{witness.port}")
     store.add_recommendation(replace(recommendation(), target=target.name))
     actions = ConfigActions(store, [target])
-    stop = threading.Event()
-    thread: threading.Thread | None = None
+    server: BackgroundWsgiServer | None = None
     try:
         app = create_app(store, actions=actions, ui=ui, host=bind)
         # What `serve` passes waitress: only a trusted proxy changes it (and the module
@@ -227,26 +226,14 @@ def running_ui(tmp_path: Path, ui: UiSettings, *, bind: str = "127.0.0.1") -> It
         options = (
             dashboard_app.waitress_options(ui) if "trusted_proxies" in ui.model_fields_set else {}
         )
-        server = waitress.create_server(app.server, host="127.0.0.1", port=0, threads=4, **options)
-
-        def run() -> None:
-            # waitress's own loop, stopped and closed from its thread (closing its
-            # sockets from another thread while it polls them fails in the loop).
-            try:
-                while not stop.is_set():
-                    server.asyncore.loop(timeout=0.05, map=server._map, count=1)
-            finally:
-                server.task_dispatcher.shutdown()
-                server.asyncore.close_all(server._map)
-
-        thread = threading.Thread(target=run, name="ui", daemon=True)
-        thread.start()
-        yield RunningUi(app, store, int(server.effective_port), witness, target)
+        server = BackgroundWsgiServer(
+            app.server, host="127.0.0.1", port=0, threads=4, name="ui", **options
+        )
+        server.start()
+        yield RunningUi(app, store, server.port, witness, target)
     finally:
-        stop.set()
-        if thread is not None:
-            thread.join(timeout=10)
-            assert not thread.is_alive(), "the UI server did not stop"
+        if server is not None:
+            server.stop()
         actions.close()
         store.close()
         witness.close()
