@@ -9,18 +9,31 @@ to Triton, so any source that scrapes an HTTP endpoint can use it.
 Without a ``requests`` session of the caller's, requests go straight through urllib3's
 connection pools (kept alive across scrapes): a GET then costs a fraction of the CPU
 that ``requests`` spends on one, which matters at hundreds of targets.
+
+The deadline holds from the request's start to the body's last byte, the status line
+and headers included: the connections read the response through ``_DeadlineReader``,
+which clips every receive to what is left of the deadline, so a server that sends its
+headers a byte at a time cannot hold a scrape (a per-read timeout alone never fires
+while bytes keep coming).
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
+import io
 import socket
+import threading
 import time
 from collections.abc import Generator
+from typing import Any
 
 import requests
 import urllib3
+import urllib3.connection
+import urllib3.connectionpool
 import urllib3.exceptions
+from requests.adapters import HTTPAdapter
 
 from collector.errors import (
     CollectError,
@@ -43,6 +56,109 @@ _IDENTITY = {"Accept-Encoding": "identity"}
 _RETRIES = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=30)
 
 
+# ---------------------------------------------------------------- the deadline's reader
+
+# The deadline (time.monotonic()) of the GET this thread is making, read by the
+# response of the connection that GET uses (the pools give no other way to pass it).
+_request = threading.local()
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's bytes (through its own ``makefile``, which keeps the socket open
+    while a response reads it, as ``http.client`` expects), each receive bounded by
+    what is left of the deadline of the request that opened the response
+    (``TimeoutError`` once it is past) and by the socket's own timeout."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no complete response within the deadline")
+        timeout = self._sock.gettimeout()
+        if timeout is not None and timeout <= remaining:
+            return self._raw.readinto(buffer)
+        self._sock.settimeout(remaining)
+        try:
+            return self._raw.readinto(buffer)
+        finally:
+            with contextlib.suppress(OSError):  # closed meanwhile
+                self._sock.settimeout(timeout)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _DeadlineSocket:
+    """What ``http.client.HTTPResponse`` asks of its socket: a file to read from."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    """``http.client``'s response, reading through ``_DeadlineReader`` when the thread's
+    GET has a deadline (a response on a connection of ours read outside a GET of
+    ``HttpFetcher``, if any, reads as usual)."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        debuglevel: int = 0,
+        method: str | None = None,
+        url: str | None = None,
+    ) -> None:
+        deadline: float | None = getattr(_request, "deadline", None)
+        reader: Any = sock if deadline is None else _DeadlineSocket(sock, deadline)
+        super().__init__(reader, debuglevel, method, url)
+
+
+class _HTTPConnection(urllib3.connection.HTTPConnection):
+    response_class = _DeadlineResponse
+
+
+class _HTTPSConnection(urllib3.connection.HTTPSConnection):
+    response_class = _DeadlineResponse
+
+
+class _HTTPConnectionPool(urllib3.connectionpool.HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSConnectionPool(urllib3.connectionpool.HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+_POOL_CLASSES = {"http": _HTTPConnectionPool, "https": _HTTPSConnectionPool}
+
+
+def _deadline_pools(pools: urllib3.PoolManager) -> urllib3.PoolManager:
+    """``pools``, making connections that read responses within the GET's deadline."""
+    pools.pool_classes_by_scheme = dict(_POOL_CLASSES)
+    return pools
+
+
+@contextlib.contextmanager
+def _deadline_of_request(deadline: float) -> Generator[None, None, None]:
+    _request.deadline = deadline
+    try:
+        yield
+    finally:
+        _request.deadline = None
+
+
 class HttpFetcher:
     """Bounded GETs over kept-alive connections.
 
@@ -60,7 +176,14 @@ class HttpFetcher:
         session: requests.Session | None = None,
     ) -> None:
         self._session = session
-        self._pools = urllib3.PoolManager(retries=_RETRIES) if session is None else None
+        self._pools = (
+            _deadline_pools(urllib3.PoolManager(retries=_RETRIES)) if session is None else None
+        )
+        if session is not None:
+            # The session's own adapters (not its proxies') read within the deadline too.
+            for adapter in session.adapters.values():
+                if isinstance(adapter, HTTPAdapter):
+                    _deadline_pools(adapter.poolmanager)
         self.timeout_s = timeout_s
         self.max_response_bytes = max_response_bytes
 
@@ -75,15 +198,19 @@ class HttpFetcher:
 
         ``who`` names the endpoint's owner in messages (``target 'a'``). The connect
         timeout and the read timeout (the longest wait for any one read) are both
-        ``timeout_s``; on top of them the body must be complete within ``timeout_s`` of
-        the request's start, so a server that drips bytes cannot hold a collection for
-        long. The wait for the response *headers* is bounded by the read timeout per
-        read only (requests offers no hook before the headers).
+        ``timeout_s``; on top of them the whole response must be complete within
+        ``timeout_s`` of the request's start, status line and headers included, so a
+        server that drips bytes cannot hold a collection for long.
         """
         deadline = time.monotonic() + self.timeout_s
         where = f"GET {url} ({who})"
-        if self._pools is not None:
-            return self._get_direct(self._pools, url, deadline, where)
+        with _deadline_of_request(deadline):
+            if self._pools is not None:
+                return self._get_direct(self._pools, url, deadline, where)
+            return self._get_session(url, deadline, where)
+
+    def _get_session(self, url: str, deadline: float, where: str) -> bytes:
+        """``get`` through the caller's ``requests`` session."""
         assert self._session is not None
         try:
             response = self._session.get(
@@ -166,12 +293,7 @@ class HttpFetcher:
                     f"response of {declared} bytes exceeds the cap of "
                     f"{self.max_response_bytes} bytes: {where}"
                 )
-            body = self._read(response, deadline, self.max_response_bytes, where)
-            if len(body) > self.max_response_bytes:
-                raise ResponseTooLarge(
-                    f"response exceeds the cap of {self.max_response_bytes} bytes: {where}"
-                )
-            return body
+            return self._read(response, deadline, self.max_response_bytes, where, excerpt=False)
         except (urllib3.exceptions.ReadTimeoutError, requests.exceptions.Timeout) as exc:
             raise TargetTimeout(f"timed out after {self.timeout_s:g} s: {where}") from exc
         except (
@@ -191,7 +313,9 @@ class HttpFetcher:
         """The start of an error body, best effort: a status is reason enough to fail,
         and an unreadable error page must not turn it into a different error."""
         try:
-            return _excerpt(self._read(response, deadline, _ERROR_EXCERPT_BYTES, where))
+            return _excerpt(
+                self._read(response, deadline, _ERROR_EXCERPT_BYTES, where, excerpt=True)
+            )
         except (
             CollectError,
             urllib3.exceptions.HTTPError,
@@ -200,11 +324,13 @@ class HttpFetcher:
         ):
             return ""
 
-    def _read(self, response: _Response, deadline: float, limit: int, where: str) -> bytes:
-        """Read the body until its end or until more than ``limit`` bytes are in hand
-        (then at most one chunk more than ``limit`` is returned: the caller decides
-        whether that is an error or an excerpt). Raises ``TargetTimeout`` past
-        ``deadline``."""
+    def _read(
+        self, response: _Response, deadline: float, limit: int, where: str, *, excerpt: bool
+    ) -> bytes:
+        """Read the body until its end or until more than ``limit`` bytes are in hand:
+        then an ``excerpt`` is what was read (at most one chunk more than ``limit``),
+        and a body is ``ResponseTooLarge`` (what was read is let go at once, not joined
+        into one more copy). Raises ``TargetTimeout`` past ``deadline``."""
         chunks: list[bytes] = []
         total = 0
         # closing(): leaving early must still run _chunks' cleanup (socket timeout) now.
@@ -213,7 +339,12 @@ class HttpFetcher:
                 chunks.append(chunk)
                 total += len(chunk)
                 if total > limit:
-                    break
+                    if excerpt:
+                        break
+                    chunks.clear()
+                    raise ResponseTooLarge(
+                        f"response exceeds the cap of {self.max_response_bytes} bytes: {where}"
+                    )
                 if time.monotonic() >= deadline:
                     raise self._incomplete(where)
         return b"".join(chunks)
