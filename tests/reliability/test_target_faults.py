@@ -31,8 +31,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+import requests
 
 from collector.analysis.rates import window_rates
+from collector.errors import TargetTimeout
+from collector.sources.http_fetch import HttpFetcher
 from collector.store import Store
 from collector.store.rows import TargetState
 from collector.testbed.models import BATCHED_AND_UNBATCHED
@@ -478,3 +481,37 @@ def _close_triton(triton: TritonServer) -> None:
         with contextlib.suppress(psutil.Error):
             p.kill()
     assert not survivors, f"processes left after stop: {[p.pid for p in survivors]}"
+
+
+# --------------------------------------------------------------------------- one fetch
+
+
+@pytest.mark.parametrize("with_session", [False, True], ids=["pools", "requests-session"])
+def test_dripped_headers_end_at_the_deadline_on_either_path(
+    with_session: bool, fault_ledger: FaultLedger
+) -> None:
+    """A GET that a target answers a byte a second ends at its deadline, whether it goes
+    through urllib3's pools (scrapes) or a ``requests`` session (``batchscope apply``)."""
+    timeout_s = 0.5
+    with fs.FaultServer(["drip"]) as server:
+        server.set_fault("drip", fs.DRIP)
+        fetcher = HttpFetcher(
+            timeout_s=timeout_s,
+            max_response_bytes=MIB,
+            session=requests.Session() if with_session else None,
+        )
+        started = time.monotonic()
+        try:
+            with pytest.raises(TargetTimeout) as caught:
+                fetcher.get(server.metrics_url("drip"), "target 'drip'")
+        finally:
+            fetcher.close()
+        took = time.monotonic() - started
+    assert took <= timeout_s + 0.3, took
+    path = "a requests session" if with_session else "urllib3's pools"
+    fault_ledger.record(
+        area="targets",
+        fault=f"status line and headers dripped at 1 byte/s, one GET through {path}",
+        tries=1,
+        outcome=f"TargetTimeout after {took:.2f} s (timeout {timeout_s:g} s): {caught.value}",
+    )
