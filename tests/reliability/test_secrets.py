@@ -217,6 +217,10 @@ def _with_password(url: str, password: str) -> str:
     return make_url(url).set(password=password).render_as_string(hide_password=False)
 
 
+def _dead_slack_url() -> str:
+    return f"http://127.0.0.1:{free_port()}/services/T1/B1/{SLACK_TOKEN}"
+
+
 def _settings_file(path: Path, db_url: str, dead_triton: str, hook: str, chat: str) -> Path:
     path.write_text(
         yaml.safe_dump(
@@ -236,6 +240,8 @@ def _settings_file(path: Path, db_url: str, dead_triton: str, hook: str, chat: s
                     "receivers": [
                         {"name": "hook", "webhook": {"url": hook, "secret": WEBHOOK_SECRET}},
                         {"name": "chat", "slack": {"url": chat}},
+                        # Nothing listens there: every delivery is refused.
+                        {"name": "gone", "slack": {"url": _dead_slack_url()}},
                     ],
                     "rules": {"target_down": {"for_s": 0}},
                     "backoff_s": 0.2,
@@ -300,9 +306,10 @@ def _id_text(ident: Any) -> str:
     return ident if isinstance(ident, str) else json.dumps(ident, separators=(",", ":"))
 
 
-def _read_ui(outputs: Outputs, base: str) -> int:
+def _read_ui(outputs: Outputs, base: str) -> tuple[int, int, int]:
     """Every page and callback of the UI, signed out, with a wrong password, signed in
-    by form and by bearer token; the number of requests made."""
+    by form and by bearer token: the requests made, the callback requests, and how many
+    of those were answered 200."""
     made = 0
 
     def keep(name: str, response: requests.Response) -> None:
@@ -349,16 +356,17 @@ def _read_ui(outputs: Outputs, base: str) -> int:
     keep("GET /_dash-layout bearer", bearer.get(base + "/_dash-layout", timeout=10))
     bodies = _callback_requests(dependencies.json())
     assert len(bodies) >= 5, "the UI's callbacks were not found"
+    answered = 0
     for i, body in enumerate(bodies):
-        keep(
-            f"POST /_dash-update-component #{i} {body['output']}",
-            bearer.post(base + "/_dash-update-component", json=body, timeout=30),
-        )
-        keep(
-            f"POST /_dash-update-component #{i} signed out",
-            anonymous.post(base + "/_dash-update-component", json=body, timeout=10),
-        )
-    return made
+        response = bearer.post(base + "/_dash-update-component", json=body, timeout=30)
+        answered += response.status_code == 200
+        keep(f"POST /_dash-update-component #{i} {body['output']}", response)
+        refused = anonymous.post(base + "/_dash-update-component", json=body, timeout=10)
+        assert refused.status_code in (401, 403), refused.status_code
+        keep(f"POST /_dash-update-component #{i} signed out", refused)
+    # The page callbacks rendered their pages (the rest need inputs only a click gives).
+    assert answered >= len(PAGES), f"only {answered} of {len(bodies)} callbacks answered"
+    return made, len(bodies), answered
 
 
 @pytest.mark.postgres
@@ -395,7 +403,7 @@ def test_no_secret_in_any_output_of_a_run(
                 "two failed deliveries to each receiver",
                 every_s=0.2,
             )
-            ui_requests = _read_ui(outputs, base)
+            ui_requests, callbacks, answered = _read_ui(outputs, base)
         finally:
             stop_process(serve)
         assert _finish(outputs, "serve -v", serve) == 0
@@ -444,6 +452,11 @@ def test_no_secret_in_any_output_of_a_run(
                 None,
                 1,
             ),
+            "alerts test (receiver down)": (
+                ["alerts", "test", "--receiver", "gone", "--config", str(config)],
+                None,
+                1,
+            ),
             "collect (database unreachable)": (
                 ["collect", "--triton", dead_triton, "--db", unreachable_db, "--duration", "1"],
                 None,
@@ -488,7 +501,8 @@ def test_no_secret_in_any_output_of_a_run(
         "the settings' error paths, --help",
         tries=len(outputs.texts),
         outcome=f"{len(outputs.texts)} outputs searched ({ui_requests} UI requests incl. "
-        f"every callback signed in and out, {len(hook.received) + len(chat.received)} "
+        f"{callbacks} callback requests, {answered} answered 200 signed in, every one "
+        f"refused signed out; {len(hook.received) + len(chat.received)} "
         f"failed deliveries received, {len(commands) + 2} commands' stdout/stderr, "
         "/metrics and the exporter's pages, every --help): no secret in any",
     )
