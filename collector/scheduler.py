@@ -38,7 +38,7 @@ from collector.errors import CollectError
 from collector.scrape_loop import LoopCounts, PeriodicJob, ScrapeLoop
 from collector.sources import SOURCES
 from collector.sources.base import Record, Source
-from collector.store import ScrapeRecord, Store
+from collector.store import ScrapeRecord, Store, StoreOutage
 from collector.store.buffer import BufferCounts, WriteBuffer, payload_bytes
 
 __all__ = [
@@ -165,7 +165,9 @@ class CollectorService:
         self._lock = threading.Lock()
         # The store's writes, held while it is out (see the module docstring).
         self._writes = WriteBuffer(
-            max_writes=settings.store_buffer_max_writes, max_bytes=settings.store_buffer_max_bytes
+            max_writes=settings.store_buffer_max_writes,
+            max_bytes=settings.store_buffer_max_bytes,
+            on_outage=self._keep_outage,
         )
         if self._file_sd is not None:
             self.update_targets(self._file_sd.load())
@@ -631,6 +633,14 @@ class CollectorService:
         self._jobs = []
         # The last scrape submitted its writes: one more try at what is held.
         self._writes.stop(_SLOW_JOB_WAIT_S)
+
+    def _keep_outage(self, outage: StoreOutage) -> None:
+        """An outage of the store, over: kept in it (held too, should it fail again)."""
+        self._writes.submit(
+            functools.partial(self.store.record_store_outage, outage),
+            what="the record of a store outage",
+            size=functools.partial(payload_bytes, outage),
+        )
 
     def store_buffer(self) -> BufferCounts:
         """What the write buffer holds now and did since start (held while the store

@@ -19,7 +19,8 @@ failed one changes nothing.
 
 Each outage is logged when it starts (the store's error), when the first write is
 dropped, and when it ends (how long it lasted, how many writes were held, written
-and dropped).
+and dropped); ``on_outage`` is then given that ``StoreOutage`` (the collector keeps it
+in the store, where ``batchscope status`` shows it).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from collector.errors import ConfigError
+from collector.store.rows import StoreOutage
 
 __all__ = ["BufferCounts", "WriteBuffer", "is_outage", "payload_bytes"]
 
@@ -124,6 +126,7 @@ class WriteBuffer:
         retry_s: float = 0.2,
         retry_max_s: float = 2.0,
         clock: Callable[[], float] = time.time,
+        on_outage: Callable[[StoreOutage], None] | None = None,
     ) -> None:
         if max_writes < 1 or max_bytes < 1:
             raise ValueError(f"bounds must be at least 1, got {max_writes} and {max_bytes}")
@@ -142,6 +145,7 @@ class WriteBuffer:
         self._buffered = self._written = self._dropped = 0
         self._rejected = self._lost_at_stop = self._outages = 0
         self._outage: _Outage | None = None
+        self._on_outage = on_outage
 
     # ------------------------------------------------------------------ writes
 
@@ -207,9 +211,9 @@ class WriteBuffer:
         """Write what is held, oldest first; False when the store is still out."""
         while True:
             with self._lock:
+                ended = self._end_outage() if not self._held else None
                 if not self._held:
-                    self._end_outage()
-                    return True
+                    break
                 item = self._held.popleft()
                 self._held_bytes -= item.size
                 self._in_flight = 1
@@ -233,17 +237,32 @@ class WriteBuffer:
             with self._lock:
                 self._in_flight = 0
                 self._written += 1
+        if ended is not None and self._on_outage is not None:
+            try:
+                self._on_outage(ended)
+            except Exception:
+                log.exception("could not keep the store outage's record")
+        return True
 
-    def _end_outage(self) -> None:
+    def _end_outage(self) -> StoreOutage | None:
         outage, self._outage = self._outage, None
         if outage is None:
-            return
+            return None
+        ended = StoreOutage(
+            started_at=outage.since,
+            ended_at=self._clock(),
+            held=self._buffered - outage.buffered_before,
+            written=self._written - outage.written_before,
+            dropped=self._dropped - outage.dropped_before,
+            reason=outage.reason,
+        )
         log.warning(
             "store back after %.1f s: %d held write(s) written, %d dropped over the bound",
-            self._clock() - outage.since,
-            self._written - outage.written_before,
-            self._dropped - outage.dropped_before,
+            ended.ended_at - ended.started_at,
+            ended.written,
+            ended.dropped,
         )
+        return ended
 
     # ------------------------------------------------------------------ thread
 

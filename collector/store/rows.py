@@ -26,6 +26,7 @@ __all__ = [
     "StoredModelConfig",
     "StoredProcess",
     "StoredRecommendation",
+    "StoreOutage",
     "StoredServer",
     "TargetState",
     "TargetTransition",
@@ -288,3 +289,18 @@ class StoredRecommendation:
     @property
     def confidence(self) -> float:
         return self.recommendation.confidence
+
+
+@dataclass(frozen=True)
+class StoreOutage:
+    """A time the store could not take the collector's writes (locked, disk full,
+    unreachable), from its first failed write to the last held one written: how many
+    writes were held in memory, written later, and dropped (the oldest, over the
+    bound ``store_buffer_max_writes`` / ``_bytes``); ``reason`` is the store's error."""
+
+    started_at: float
+    ended_at: float
+    held: int
+    written: int
+    dropped: int
+    reason: str

@@ -14,13 +14,15 @@ The methods live with their concern, one file each:
 * ``samples``: raw model, server, device and process samples;
 * ``rollups``: rollups and retention;
 * ``findings``: findings, detector streaks, recommendations;
-* ``alerts``: alert states, silences, the notification outbox.
+* ``alerts``: alert states, silences, the notification outbox;
+* ``outages``: the store's own outages, as the collector's write buffer saw them.
 """
 
 from __future__ import annotations
 
 from collector.store.alerts import AlertsMixin
 from collector.store.findings import FindingsMixin
+from collector.store.outages import OutagesMixin
 from collector.store.rollups import RollupsMixin
 from collector.store.samples import SamplesMixin
 from collector.store.windows import WindowsMixin
@@ -28,7 +30,7 @@ from collector.store.windows import WindowsMixin
 __all__ = ["Store"]
 
 
-class Store(SamplesMixin, RollupsMixin, FindingsMixin, AlertsMixin, WindowsMixin):
+class Store(SamplesMixin, RollupsMixin, FindingsMixin, AlertsMixin, WindowsMixin, OutagesMixin):
     """Typed storage of everything batchscope collects and concludes; see
     ``collector.store.engine.Database`` for the URL and when the database is opened."""
 

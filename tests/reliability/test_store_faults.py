@@ -31,6 +31,7 @@ from sqlalchemy.pool import NullPool
 from collector.config import load_settings
 from collector.errors import ConfigError
 from collector.scheduler import CollectorService
+from collector.store import Store, StoreOutage
 from collector.store.buffer import BufferCounts
 from collector.testbed.fleet import Fleet
 from tests.reliability.conftest import FaultLedger
@@ -70,6 +71,28 @@ def _assert_kept(before: StoredScrapes, after: StoredScrapes) -> None:
     assert set(before.sample_ids) <= set(after.sample_ids)
     assert after.in_write_order()
     assert after.down_transitions == 0  # a store outage is not a target's failure
+
+
+def _assert_outages_kept(db_url: str, counts: BufferCounts) -> list[StoreOutage]:
+    """The store keeps each outage with what became of the writes held meanwhile."""
+    with Store(db_url) as store:
+        outages = store.store_outages()
+    assert outages and all(o.ended_at > o.started_at for o in outages)
+    assert sum(o.held for o in outages) == counts.buffered
+    assert sum(o.written for o in outages) == counts.written
+    assert sum(o.dropped for o in outages) == counts.dropped
+    return outages
+
+
+def _status_text(db_url: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "status", "--db", db_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _log_text(caplog: pytest.LogCaptureFixture) -> str:
@@ -123,6 +146,8 @@ def test_sqlite_locked_by_another_writer(
     during = after.in_window(locked_at, released_at)
     assert during >= 3
     _assert_kept(before, after)
+    outages = _assert_outages_kept(url, counts)
+    assert "database is locked" in outages[0].reason
     logged = _log_text(caplog)
     assert "holding writes in memory" in logged and "store back after" in logged
     fault_ledger.record(
@@ -205,6 +230,9 @@ def test_disk_full_then_freed(
     # The scrapes not in the store are exactly the ones dropped over the bound.
     assert made - len(after.scrapes) == counts.dropped
     _assert_kept(before, after)
+    _assert_outages_kept(url, counts)
+    status = _status_text(url)
+    assert f"{counts.dropped} dropped over the bound" in status, status
     logged = _log_text(caplog)
     assert "dropping the oldest" in logged and "store back after" in logged
     fault_ledger.record(
@@ -215,7 +243,8 @@ def test_disk_full_then_freed(
         outcome=f"no crash; {counts.buffered} scrape writes held (bound {bound}: "
         f"{counts.dropped} oldest dropped, counted and logged), {counts.written} written "
         f"{caught_up_s:.1f} s after space returned ({freed_at - full_at:.1f} s full), in "
-        f"order; integrity_check ok; {len(before.sample_ids)} rows committed before all kept",
+        f"order; integrity_check ok; the drop shown by batchscope status; "
+        f"{len(before.sample_ids)} rows committed before all kept",
         lost=f"{counts.dropped} scrapes dropped over the bound (counted); nothing committed",
     )
 
@@ -295,6 +324,7 @@ def test_postgresql_restarted_mid_write(
     during = after.in_window(peak.out_since, caught_up_at)
     assert during >= 20
     _assert_kept(before, after)
+    _assert_outages_kept(pg_url, counts)
     assert "store back after" in _log_text(caplog)
     fault_ledger.record(
         area="store",
