@@ -37,7 +37,14 @@ from collector.records import (
     ModelSample,
     ProcessSample,
 )
-from collector.store import Store, StoredDevice, StoredModelConfig, StoredProcess, TargetState
+from collector.store import (
+    Store,
+    StoredDevice,
+    StoredModelConfig,
+    StoredProcess,
+    StoreOutage,
+    TargetState,
+)
 
 __all__ = [
     "DeviceStatus",
@@ -52,6 +59,8 @@ __all__ = [
 # Model samples are read this much before the window, so that scrapes sparser than
 # the window still give a pair to take rates from.
 _LOOKBACK_S = 300.0
+# The store's outages (writes held in memory, some perhaps dropped) are shown this long.
+STORE_OUTAGES_SHOWN_S = 86400.0
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,8 @@ class StatusReport:
     models: list[ModelStatus] = field(default_factory=list)
     devices: list[DeviceStatus] = field(default_factory=list)
     processes: list[ProcessStatus] = field(default_factory=list)
+    # The store's outages that ended in the last ``STORE_OUTAGES_SHOWN_S``.
+    store_outages: list[StoreOutage] = field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, object]:
         return {
@@ -180,6 +191,7 @@ def build_status(store: Store, *, window_s: float = 60.0, now: float | None = No
         models=models,
         devices=devices,
         processes=[p for p in processes if _fresh(p, by_name, now)],
+        store_outages=store.store_outages(since=now - max(window_s, STORE_OUTAGES_SHOWN_S)),
     )
 
 
