@@ -162,7 +162,8 @@ def _serve_demo(
     try:
         driver.start()
         print(
-            f"collecting every {settings.interval_s:g} s into {settings.db_url} while driving "
+            f"collecting every {settings.interval_s:g} s into "
+            f"{make_url(settings.db_url).render_as_string(hide_password=True)} while driving "
             f"both models with {' → '.join(str(c) for c, _ in LOAD_PHASES)} clients",
             flush=True,
         )
