@@ -268,6 +268,9 @@ def test_nvml_errors_mid_run_are_recorded_and_collection_goes_on(
             phase.duration_s = until - phase.started
             phase.triton_scrapes = c.triton_scrapes(phase.started, until)
             assert phase.triton_scrapes >= phase.duration_s / INTERVAL_S - 1.5, phase
+        total_s = ended - phases[0].started
+        total = c.triton_scrapes(phases[0].started, ended)
+        assert total >= total_s / INTERVAL_S - 1.5, (total, total_s)
         host = {t.name: t for t in c.store.targets()}[c.host]
         assert host.up and host.sources.get("nvml") is True, host
     finally:
@@ -287,7 +290,8 @@ def test_nvml_errors_mid_run_are_recorded_and_collection_goes_on(
             outcome=(
                 f"seen in the store {phase.seen_after:.1f} s after the scenario changed{healed}; "
                 f"the Triton target kept its {INTERVAL_S:g} s interval ({phase.triton_scrapes} "
-                f"scrapes in {phase.duration_s:.1f} s); the collector ran on"
+                f"scrapes in {phase.duration_s:.1f} s; {total} in the {total_s:.1f} s of all "
+                "five phases); the collector ran on"
             ),
         )
 
