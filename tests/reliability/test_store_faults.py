@@ -14,6 +14,7 @@ again; the test ends only once the server accepts connections again.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import sqlite3
 import subprocess
@@ -32,7 +33,7 @@ from collector.config import load_settings
 from collector.errors import ConfigError
 from collector.scheduler import CollectorService
 from collector.store import Store, StoreOutage
-from collector.store.buffer import BufferCounts
+from collector.store.buffer import BufferCounts, WriteBuffer, payload_bytes
 from collector.testbed.fleet import Fleet
 from tests.reliability.conftest import FaultLedger
 from tests.reliability.store_support import (
@@ -338,4 +339,50 @@ def test_postgresql_restarted_mid_write(
         f"run in the store; "
         f"{len(before.sample_ids)} rows committed before all kept",
         lost="nothing",
+    )
+
+
+def test_the_byte_bound_drops_the_oldest_and_the_rest_is_written_in_order(
+    tmp_path: Path, fault_ledger: FaultLedger
+) -> None:
+    """Writes held behind another connection's write lock, bounded by bytes: the
+    oldest go first, the others reach the store in the order they were made."""
+    url = f"sqlite:///{tmp_path / 'store.db'}?timeout=0.1"
+    errors = [f"error {i:02d} " + "x" * 400 for i in range(20)]
+    each = payload_bytes(errors[0])
+    with Store(url) as store:
+        store.open()
+        buffer = WriteBuffer(max_writes=1000, max_bytes=5 * each, retry_s=0.05, retry_max_s=0.1)
+        other = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+        try:
+            other.execute("BEGIN EXCLUSIVE")
+            for i, error in enumerate(errors):
+                write = functools.partial(
+                    store.record_scrape, "t", "triton", kind="triton", started_at=float(i),
+                    duration_s=0.1, error_kind="down" if i % 2 else None, error=error,
+                )  # fmt: skip
+                buffer.submit(
+                    write, what=f"record {i}", size=functools.partial(payload_bytes, error)
+                )
+            held = buffer.counts()
+            other.execute("COMMIT")
+        finally:
+            other.close()
+        buffer.start()
+        wait_until(lambda: buffer.counts().held == 0, _WAIT_S, "the held writes written")
+        assert buffer.stop() == 0
+        transitions = store.transitions("t")
+    counts = buffer.counts()
+    assert held.held == 5 and held.held_bytes <= 5 * each
+    assert (counts.buffered, counts.dropped, counts.written, counts.lost) == (20, 15, 5, 15)
+    # The five newest, in order: each flips the target up or down, so each is a transition.
+    assert [t.at for t in transitions] == [15.0, 16.0, 17.0, 18.0, 19.0]
+    fault_ledger.record(
+        area="store",
+        fault="SQLite locked by another connection (BEGIN EXCLUSIVE) while 20 writes came, "
+        f"bound {5 * each} bytes (5 writes)",
+        tries=1,
+        outcome=f"held at most {held.held} writes ({held.held_bytes} bytes); the 15 oldest "
+        "dropped and counted, the 5 newest written in order once the lock was released",
+        lost="15 writes dropped over the bound (counted)",
     )
