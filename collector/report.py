@@ -214,24 +214,23 @@ def render_status(report: StatusReport, *, limit: int = TERMINAL_COLUMNS) -> str
     if report.processes:
         parts.append(_table(report.processes, PROCESS_COLUMNS, limit=limit))
     if report.store_outages:
-        parts.append(_store_outages(report)[:limit])
+        parts.append("\n".join(line[:limit] for line in _store_outages(report)))
     return "\n\n".join(parts)
 
 
-def _store_outages(report: StatusReport) -> str:
-    """One line: the store's outages of the last day and what became of the writes
-    held meanwhile (dropped ones are lost samples)."""
+def _store_outages(report: StatusReport) -> list[str]:
+    """Two lines: the store's outages of the last day and what became of the writes
+    held meanwhile (dropped ones are lost samples); the last one's length and error."""
     outages = report.store_outages
-    held = sum(o.held for o in outages)
-    dropped = sum(o.dropped for o in outages)
     last = outages[-1]
-    ago = report.generated_at - last.ended_at
-    return (
-        f"store: {len(outages)} outage(s) in the last day, {held} write(s) held in memory, "
-        f"{sum(o.written for o in outages)} written later, {dropped} dropped over the bound; "
-        f"last ended {ago:.0f} s ago after {last.ended_at - last.started_at:.1f} s "
-        f"({last.reason})"
-    )
+    return [
+        f"store: {len(outages)} outage(s) in the last day: "
+        f"{sum(o.held for o in outages)} write(s) held in memory, "
+        f"{sum(o.written for o in outages)} written later, "
+        f"{sum(o.dropped for o in outages)} dropped over the bound",
+        f"  last ended {report.generated_at - last.ended_at:.0f} s ago after "
+        f"{last.ended_at - last.started_at:.1f} s: {last.reason}",
+    ]
 
 
 def render_findings(findings: Sequence[object]) -> str:
