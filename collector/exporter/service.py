@@ -37,6 +37,7 @@ from collector.exporter.snapshot import ExporterSnapshot, batchscope_version, ta
 from collector.scheduler import CollectorService, build_sources, store_pool_size
 from collector.serve import analysis_jobs, http_url
 from collector.store import Store
+from collector.wsgi_server import BackgroundWsgiServer
 
 __all__ = ["DEFAULT_LISTEN_PORT", "Exporter", "Readiness"]
 
@@ -91,12 +92,7 @@ class Exporter:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self.keeper.current))
         self._host, self._port, self._threads = host, port, threads
-        self._server: Any = None
-        # The server's sockets (its own and each connection's), so close() can close
-        # the idle keep-alive connections a scraper leaves open: waitress's loop runs
-        # until none is left.
-        self._sockets: dict[int, Any] = {}
-        self._thread: threading.Thread | None = None
+        self._server: BackgroundWsgiServer | None = None
         self._keeper_thread: threading.Thread | None = None
         self._stop_keeper = threading.Event()
         self._running = False
@@ -130,28 +126,25 @@ class Exporter:
 
     @property
     def url(self) -> str:
-        port = self._server.effective_port if self._server is not None else self._port
+        port = self._server.port if self._server is not None else self._port
         return http_url(self._host, port)
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        import waitress
-
         self.store.open()  # a database that cannot be opened is one line now
-        self._server = waitress.create_server(
+        self._server = BackgroundWsgiServer(
             exporter_app(self),
             host=self._host,
             port=self._port,
-            map=self._sockets,
             threads=self._threads,
+            name="exporter",
             ident="batchscope-exporter",
         )
         self.collector.start()
         self.alerts.start()
         self._running = True
-        self._thread = threading.Thread(target=self._server.run, name="exporter", daemon=True)
-        self._thread.start()
+        self._server.start()
         self._keeper_thread = threading.Thread(
             target=self.keeper.run, args=(self._stop_keeper,), name="snapshots", daemon=True
         )
@@ -163,12 +156,7 @@ class Exporter:
         if self._keeper_thread is not None:
             self._keeper_thread.join(timeout=10)
         if self._server is not None:
-            self._server.close()
-            for connection in list(self._sockets.values()):
-                connection.close()
-            self._server.task_dispatcher.shutdown(timeout=5)
-            if self._thread is not None:
-                self._thread.join(timeout=10)
+            self._server.stop()
             self._server = None
         self.collector.shutdown()
         self.alerts.stop()
