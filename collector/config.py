@@ -568,6 +568,9 @@ def _read_file(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError("config", f"{path} must hold a mapping at the top level")
+    for key in data:
+        if not isinstance(key, str):  # YAML's 1:, null: or [a]: -- no setting's name
+            raise ConfigError("config", f"{path}: top-level key {key!r} is not a setting name")
     return data
 
 

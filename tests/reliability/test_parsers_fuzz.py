@@ -413,8 +413,12 @@ def test_coverage_guided_fuzzing_finds_no_crash(tmp_path: Path, fault_ledger: Fa
         timeout=FUZZ_S + 300,
     )
     elapsed = time.monotonic() - started
-    crashes = [p.name for p in tmp_path.iterdir() if p.is_file()]
-    assert run.returncode == 0 and not crashes, (crashes, run.stderr[-4000:])
+    crashes = {p.name: p.read_bytes()[:400] for p in tmp_path.iterdir() if p.is_file()}
+    uncaught = run.stderr.find("Uncaught Python exception")
+    assert run.returncode == 0 and not crashes, (
+        crashes,
+        run.stderr[uncaught : uncaught + 4000] if uncaught >= 0 else run.stderr[-4000:],
+    )
     stats = dict(re.findall(r"stat::(\w+):\s+(\d+)", run.stderr))
     executed = int(stats["number_of_executed_units"])
     assert executed > 1000, run.stderr[-2000:]

@@ -70,6 +70,13 @@ alerts:
 # Nesting past the interpreter's recursion limit: YAML's composer recurses.
 DEEP_YAML = b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n"
 NOT_UTF8 = b"interval_s: 5\ndb_url: \xff\xfe\n"
+# Top-level keys that are not strings (an int, YAML's null): pydantic-settings called
+# .lower() on them. The second is the input libFuzzer found (tests/reliability/fuzz_inputs).
+KEY_NOT_A_NAME = b"1: 2\ninterval_s: 5\n"
+FUZZER_FOUND = (
+    b'&targets: snut":{"count":33,"ns":5564975},"compute_infer":{"count":33,"ns":382661200\n'
+    b"nv_inference_queue_summary_us_sum{gpnterval_s: lertn3}\n"
+)
 
 # --------------------------------------------------------------------------- inputs
 
@@ -210,7 +217,7 @@ PROPERTIES: list[tuple[str, st.SearchStrategy[Any], Callable[[Any], None], list[
         "file",
         _FILES,
         check_file,
-        [DEEP_YAML, NOT_UTF8, VALID_FILE],
+        [DEEP_YAML, NOT_UTF8, KEY_NOT_A_NAME, FUZZER_FOUND, VALID_FILE],
         "arbitrary bytes/text, YAML of the settings' keys with arbitrary values, and a "
         "complete valid file mutated, as the settings file",
     ),
@@ -278,16 +285,17 @@ def _run(name: str, examples: int, fault_ledger: FaultLedger) -> None:
 
 
 _FIXED = {
-    "file": "; found and fixed: a file not UTF-8 raised UnicodeDecodeError and YAML nested "
-    "5000 deep raised RecursionError (now ConfigErrors, pinned)",
+    "file": "; found and fixed: a file not UTF-8 raised UnicodeDecodeError, YAML nested "
+    "5000 deep raised RecursionError, a top-level key that is not a string (1:, null:; "
+    "found by the coverage-guided fuzzer) raised AttributeError (now ConfigErrors, pinned)",
 }
 
 
 def test_pinned_files_give_config_errors(tmp_path: Path) -> None:
     """Files that once escaped as other exceptions, each a ConfigError now."""
-    for body, field in ((DEEP_YAML, "config"), (NOT_UTF8, "config")):
+    for body in (DEEP_YAML, NOT_UTF8, KEY_NOT_A_NAME, FUZZER_FOUND):
         path = tmp_path / "bad.yaml"
         path.write_bytes(body)
         with pytest.raises(ConfigError) as caught:
             load_settings(config_file=path, env={})
-        assert caught.value.field == field
+        assert caught.value.field == "config"
