@@ -101,7 +101,7 @@ _SCALARS = (
 
 
 def _yaml_values() -> st.SearchStrategy[Any]:
-    key = st.sampled_from(_GROUP_KEYS) | st.text(max_size=6)
+    key = st.sampled_from(_GROUP_KEYS) | st.text(max_size=6) | st.integers(-5, 5) | st.none()
     return st.recursive(
         _SCALARS,
         lambda inner: st.lists(inner, max_size=4) | st.dictionaries(key, inner, max_size=5),
@@ -109,7 +109,11 @@ def _yaml_values() -> st.SearchStrategy[Any]:
     )
 
 
-_DOCUMENTS = st.dictionaries(st.sampled_from(_KEYS) | st.text(max_size=8), _yaml_values())
+# YAML keys may be any scalar: 1:, null:, true: and 1.5: are keys too.
+_ODD_KEYS = st.integers(-5, 5) | st.none() | st.booleans() | st.floats(allow_nan=False)
+_DOCUMENTS = st.dictionaries(
+    st.sampled_from(_KEYS) | st.text(max_size=8) | _ODD_KEYS, _yaml_values()
+)
 
 
 @st.composite
@@ -156,7 +160,7 @@ def mutated(draw: st.DrawFn) -> bytes:
 _FILES = (
     st.binary(max_size=300)
     | st.text(max_size=300).map(str.encode)
-    | _DOCUMENTS.map(lambda d: yaml.safe_dump(d, allow_unicode=True).encode())
+    | _DOCUMENTS.map(lambda d: yaml.safe_dump(d, allow_unicode=True, sort_keys=False).encode())
     | mutated()
 )
 
@@ -175,7 +179,9 @@ _ENV_NAMES = st.sampled_from(
 )
 _ENV_VALUES = (
     st.text(st.characters(codec="utf-8"), max_size=30)
-    | _yaml_values().map(lambda v: yaml.safe_dump(v, default_flow_style=True).strip())
+    | _yaml_values().map(
+        lambda v: yaml.safe_dump(v, default_flow_style=True, sort_keys=False).strip()
+    )
     | st.sampled_from(['{"a": ', "[]", "{}", '[{"name": "x"}]', "null", "1,2,,3"])
 )
 _ENVS = st.dictionaries(_ENV_NAMES, _ENV_VALUES, max_size=4)
