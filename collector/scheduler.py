@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from collector import records
 from collector.analysis.health import HOST_KIND, TRITON_KIND, stale_after_s
-from collector.analysis.rates import rates_between
+from collector.analysis.rates import CounterTrack, rates_between
 from collector.config import Settings, TargetSettings
 from collector.discovery import FileSd, in_shard
 from collector.errors import CollectError
@@ -154,6 +154,8 @@ class CollectorService:
         self._health: dict[tuple[str, str], SourceHealth] = {}
         # The previous counter sample of each series, for per-scrape rates.
         self._previous: dict[tuple[str, str, str], records.ModelSample] = {}
+        # What the rates remember of each series across its pairs (``judge_pair``).
+        self._tracks: dict[tuple[str, str, str], CounterTrack] = {}
         # Fleet targets' scrape intervals (their samples' stale horizon), and when
         # stale samples are next looked for (``forget_stale``).
         self._intervals: dict[str, float] = {}
@@ -382,9 +384,14 @@ class CollectorService:
                 )
                 key = (snapshot.target, *series)
                 previous = self._previous.get(key)
-                if previous is not None and current.collected_at > previous.collected_at:
+                if previous is None:
+                    self._tracks[key] = CounterTrack()
+                elif current.collected_at > previous.collected_at:
                     rates[series] = rates_between(
-                        previous, current, instance_count=instances.get(metrics.model)
+                        previous,
+                        current,
+                        instance_count=instances.get(metrics.model),
+                        track=self._tracks.setdefault(key, CounterTrack()),
                     )
                 self._previous[key] = current
         return rates
@@ -510,6 +517,7 @@ class CollectorService:
             ]
             for key in old:
                 del self._previous[key]
+                self._tracks.pop(key, None)
             for target in gone:
                 del seen[target]
                 intervals.pop(target, None)
@@ -590,6 +598,7 @@ class CollectorService:
         with self._lock:
             for key in [k for k in self._previous if k[0] == source.target]:
                 del self._previous[key]
+                self._tracks.pop(key, None)
             self._seen.pop(source.target, None)
             self._intervals.pop(source.target, None)
         # Once its last source is closed, the store's write cache lets it go too.

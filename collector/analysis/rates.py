@@ -4,7 +4,15 @@ Triton's counters only grow while a model stays loaded. When Triton restarts or 
 model is reloaded they start again from zero; a sample pair in which any of the core
 counters went down is a *reset*: the later sample's values are what accrued since the
 restart, so they are the increase for that pair (Prometheus's ``increase()`` makes
-the same assumption). No rate can then be negative, and none spikes.
+the same assumption). But counters also fall part-way when one address reaches
+another long-running server (a load balancer, a DNS name that moves): the new values
+then are that server's whole history, not what accrued since the last scrape. So a
+drop counts as a restart only when the new values are plausible for the time elapsed
+(``judge_pair``): each of the ``PLAUSIBLE_COUNTERS`` at most ``RESTART_FACTOR`` times
+what the series' last counted rate accrues over the pair, plus ``RESTART_FLOOR``.
+Otherwise the pair is a *break*: the later sample is a new baseline and the pair adds
+nothing. A jump back up to the source left at the last break is a break too. No rate
+can then be negative, and none spikes.
 
 Window rates are ratios of summed increases (Σ Δqueue / Σ Δsuccess), never averages
 of per-pair ratios, so a quiet pair does not weigh as much as a busy one.
@@ -18,6 +26,7 @@ and divides their sums again, so a merged rate is the rate over the whole, exact
 
 from __future__ import annotations
 
+import enum
 import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,7 +47,12 @@ from collector.sources.triton_metrics import REQUEST_SUMMARY
 __all__ = [
     "BATCH_FIGURES",
     "CORE_COUNTERS",
+    "PLAUSIBLE_COUNTERS",
+    "RESTART_FACTOR",
+    "RESTART_FLOOR",
     "CounterIncrease",
+    "CounterTrack",
+    "PairKind",
     "batch_size_increases",
     "batch_stats_increase",
     "bucket_rates",
@@ -48,6 +62,7 @@ __all__ = [
     "gauge_mean",
     "increase_from_rates",
     "is_reset",
+    "judge_pair",
     "merge_over_series",
     "merge_over_time",
     "metrics_reset",
@@ -55,6 +70,7 @@ __all__ = [
     "rates_between",
     "rates_from_increase",
     "request_p95_us",
+    "sample_pair_kind",
     "stats_reset",
     "sum_batch_stats",
     "window_batch_stats",
@@ -128,6 +144,89 @@ CORE_COUNTERS = (
 
 _core_counters = operator.attrgetter(*CORE_COUNTERS)
 _model_counters = operator.attrgetter(*MODEL_COUNTERS)
+
+#: The counters whose new values, after a drop, must be plausible for the time elapsed
+#: for the drop to count as a restart (the time counters follow them).
+PLAUSIBLE_COUNTERS = ("request_success", "inference_count", "exec_count")
+#: How many times the last counted rate a counter may accrue over a pair after a drop.
+RESTART_FACTOR = 4.0
+#: What any counter may accrue over a pair after a drop whatever its last rate (an idle
+#: model that restarts and takes a burst).
+RESTART_FLOOR = 1000.0
+_plausible_counters = operator.attrgetter(*PLAUSIBLE_COUNTERS)
+
+
+class PairKind(enum.Enum):
+    """What a sample pair of one series is (``judge_pair``)."""
+
+    COUNTED = "counted"  # the counters grew: the increase is their difference
+    RESTART = "restart"  # they went down to values that accrued since a restart
+    BREAK = "break"  # they moved to another source's: a new baseline, no increase
+
+
+@dataclass
+class CounterTrack:
+    """What ``judge_pair`` remembers of one series from one pair to the next."""
+
+    # Per second, of ``PLAUSIBLE_COUNTERS``, over the last pair that was not a break.
+    per_s: tuple[float, ...] | None = None
+    # ``PLAUSIBLE_COUNTERS`` of the sample before the last break: the source left.
+    left: tuple[float, ...] | None = None
+
+
+def judge_pair(
+    track: CounterTrack,
+    before: Sequence[float],
+    now: Sequence[float],
+    *,
+    seconds: float,
+    down: bool,
+) -> PairKind:
+    """Judge a pair of one series from its ``PLAUSIBLE_COUNTERS`` (``before``, ``now``),
+    the seconds between them and whether a core counter went ``down``, and update
+    ``track`` (the series' pairs are judged in order with the same one).
+
+    A drop is a restart when each counter's new value is at most ``RESTART_FACTOR``
+    times what its last counted rate accrues over ``seconds``, plus ``RESTART_FLOOR``
+    (the floor alone while no rate is known); otherwise a break. A rise more than that
+    bound, to at least the values of the source left at the last break, is a break back
+    to it. A break keeps the last counted rate."""
+    rates = track.per_s
+    span = max(seconds, 0.0)
+    bound = (
+        [RESTART_FACTOR * r * span + RESTART_FLOOR for r in rates]
+        if rates is not None
+        else [RESTART_FLOOR] * len(now)
+    )
+    if down:
+        kind = PairKind.RESTART if all(map(operator.le, now, bound)) else PairKind.BREAK
+        accrued: Sequence[float] = now
+    else:
+        accrued = list(map(operator.sub, now, before))
+        left = track.left
+        kind = (
+            PairKind.BREAK
+            if left is not None
+            and any(map(operator.gt, accrued, bound))
+            and all(map(operator.ge, now, left))
+            else PairKind.COUNTED
+        )
+    if kind is PairKind.BREAK:
+        track.left = tuple(before)
+    elif span > 0:
+        track.per_s = tuple(max(a, 0.0) / span for a in accrued)
+    return kind
+
+
+def sample_pair_kind(track: CounterTrack, prev: ModelSample, cur: ModelSample) -> PairKind:
+    """``judge_pair`` of two ``ModelSample`` records."""
+    return judge_pair(
+        track,
+        _plausible_counters(prev.metrics),
+        _plausible_counters(cur.metrics),
+        seconds=cur.collected_at - prev.collected_at,
+        down=metrics_reset(prev, cur),
+    )
 
 
 def metrics_reset(prev: ModelSample, cur: ModelSample) -> bool:
@@ -240,25 +339,44 @@ def window_batch_stats(
     """Executions and time per executed batch size over a window of one series: the
     ``batch_stats`` increases of every pair (ending at or after ``since``) summed per
     size. A pair across a restart or reload counts from zero, as ``counter_increase``
-    does."""
-    return sum_batch_stats(
-        batch_stats_increase(
-            prev.stats.batch_stats if prev.stats else None,
-            cur.stats.batch_stats,
-            reset=prev.stats is None or is_reset(prev, cur),
-        )
-        for prev, cur in zip(samples, samples[1:], strict=False)
-        if cur.stats is not None and (since is None or cur.collected_at >= since)
-    )
+    does; a break (``judge_pair``) adds nothing."""
+    track = CounterTrack()
+    parts = []
+    for prev, cur in zip(samples, samples[1:], strict=False):
+        kind = sample_pair_kind(track, prev, cur)
+        if kind is PairKind.BREAK or cur.stats is None:
+            continue
+        if since is None or cur.collected_at >= since:
+            parts.append(
+                batch_stats_increase(
+                    prev.stats.batch_stats if prev.stats else None,
+                    cur.stats.batch_stats,
+                    reset=prev.stats is None or is_reset(prev, cur),
+                )
+            )
+    return sum_batch_stats(parts)
 
 
 def _duration_sum(a: Duration, b: Duration) -> Duration:
     return Duration(count=a.count + b.count, ns=a.ns + b.ns)
 
 
-def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
-    """Increases between two consecutive samples of the same series."""
-    reset = metrics_reset(prev, cur)
+def counter_increase(
+    prev: ModelSample, cur: ModelSample, track: CounterTrack | None = None
+) -> CounterIncrease:
+    """Increases between two consecutive samples of the same series. ``track`` carries
+    the series' last counted rate from pair to pair (``judge_pair``); without one, a
+    drop counts as a restart only up to ``RESTART_FLOOR``. A break adds nothing."""
+    kind = sample_pair_kind(track if track is not None else CounterTrack(), prev, cur)
+    seconds = max(cur.collected_at - prev.collected_at, 0.0)
+    if kind is PairKind.BREAK:
+        return CounterIncrease(
+            seconds=seconds,
+            failure_by_reason=dict.fromkeys(cur.metrics.request_failure_by_reason, 0.0),
+            batch_compute_ns=0.0 if cur.stats is not None else None,
+            resets=1,
+        )
+    reset = kind is PairKind.RESTART
     reloaded = stats_reset(prev, cur)
     p, c = prev.metrics, cur.metrics
     reasons, failed_before = c.request_failure_by_reason, p.request_failure_by_reason
@@ -289,7 +407,7 @@ def counter_increase(prev: ModelSample, cur: ModelSample) -> CounterIncrease:
             )
         )
     return CounterIncrease(
-        seconds=max(cur.collected_at - prev.collected_at, 0.0),
+        seconds=seconds,
         counters=increases,
         failure_by_reason=failures,
         batch_compute_ns=batch_ns,
@@ -346,10 +464,15 @@ def rates_from_increase(inc: CounterIncrease, *, instance_count: int | None) -> 
 
 
 def rates_between(
-    prev: ModelSample, cur: ModelSample, *, instance_count: int | None = None
+    prev: ModelSample,
+    cur: ModelSample,
+    *,
+    instance_count: int | None = None,
+    track: CounterTrack | None = None,
 ) -> ModelRates:
-    """Rates over the window between two consecutive samples of one series."""
-    return rates_from_increase(counter_increase(prev, cur), instance_count=instance_count)
+    """Rates over the window between two consecutive samples of one series; ``track``
+    as for ``counter_increase``."""
+    return rates_from_increase(counter_increase(prev, cur, track), instance_count=instance_count)
 
 
 def window_rates(
@@ -359,8 +482,9 @@ def window_rates(
     than two samples."""
     if len(samples) < 2:
         return None
+    track = CounterTrack()
     total = CounterIncrease.total(
-        counter_increase(prev, cur) for prev, cur in zip(samples, samples[1:], strict=False)
+        counter_increase(prev, cur, track) for prev, cur in zip(samples, samples[1:], strict=False)
     )
     return rates_from_increase(total, instance_count=instance_count)
 

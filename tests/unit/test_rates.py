@@ -8,6 +8,7 @@ import pytest
 
 from collector.analysis.rates import (
     BATCH_FIGURES,
+    CounterTrack,
     batch_size_increases,
     batch_stats_increase,
     bucket_rates,
@@ -109,10 +110,11 @@ def test_reset_starts_a_new_segment_without_negative_or_spiking_rates() -> None:
     before = sample(
         0.0, success=90_000, inferences=90_000, execs=90_000, queue_us=9e6, request_us=9e7
     )
-    # Triton restarted between the samples: 500 requests since the restart.
+    # Triton restarted between the samples: 500 requests since the restart, at the
+    # 100 requests/s the series was counted at before.
     after = sample(5.0, success=500, inferences=500, execs=500, queue_us=5e4, request_us=5e5)
     assert is_reset(before, after)
-    r = rates_between(before, after)
+    r = rates_between(before, after, track=CounterTrack(per_s=(100.0, 100.0, 100.0)))
     assert r.requests_per_s == 100.0
     assert r.avg_batch_size == 1.0
     assert r.resets == 1

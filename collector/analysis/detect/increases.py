@@ -17,9 +17,13 @@ from dataclasses import dataclass
 
 from collector.analysis.rates import (
     CORE_COUNTERS,
+    PLAUSIBLE_COUNTERS,
     CounterIncrease,
+    CounterTrack,
+    PairKind,
     batch_size_increases,
     cumulative_increases,
+    judge_pair,
 )
 from collector.records import MODEL_COUNTERS
 from collector.store.windows import BATCH_ENTRY, CounterReading
@@ -29,6 +33,7 @@ __all__ = ["SeriesIncrease", "series_increase"]
 # The counters whose going down is a restart (``rates.metrics_reset``), by position in
 # ``CounterReading.counters``.
 _CORE_AT = tuple(MODEL_COUNTERS.index(name) for name in CORE_COUNTERS)
+_PLAUSIBLE_AT = tuple(MODEL_COUNTERS.index(name) for name in PLAUSIBLE_COUNTERS)
 _SIZE = BATCH_ENTRY.batch_size
 _COUNT = BATCH_ENTRY.infer_count
 _NS_AT = (BATCH_ENTRY.input_ns, BATCH_ENTRY.infer_ns, BATCH_ENTRY.output_ns)
@@ -57,12 +62,29 @@ def series_increase(readings: Sequence[CounterReading]) -> SeriesIncrease:
     executions: dict[int, int] = {}
     resets = 0
     prev_entries: _BatchEntries = readings[0].batch_stats() if readings else ()
+    track = CounterTrack()
     for prev, cur in zip(readings, readings[1:], strict=False):
         pc, cc = prev.counters, cur.counters
-        reset = any(cc[i] < pc[i] for i in _CORE_AT)
+        kind = judge_pair(
+            track,
+            [pc[i] for i in _PLAUSIBLE_AT],
+            [cc[i] for i in _PLAUSIBLE_AT],
+            seconds=cur.collected_at - prev.collected_at,
+            down=any(cc[i] < pc[i] for i in _CORE_AT),
+        )
+        seconds += max(cur.collected_at - prev.collected_at, 0.0)
+        if kind is PairKind.BREAK:
+            # Another source's counters: a new baseline that adds nothing.
+            for reason in cur.failure_by_reason:
+                failures.setdefault(reason, 0.0)
+            resets += 1
+            prev_entries = cur.batch_stats()
+            if cur.stats_counts is not None:
+                batch_ns = batch_ns or 0.0
+            continue
+        reset = kind is PairKind.RESTART
         ps, cs = prev.stats_counts, cur.stats_counts
         reloaded = ps is not None and cs is not None and (cs[0] < ps[0] or cs[1] < ps[1])
-        seconds += max(cur.collected_at - prev.collected_at, 0.0)
         sums = list(map(operator.add, sums, cumulative_increases(pc, cc, reset=reset)))
         _add_failures(failures, prev.failure_by_reason, cur.failure_by_reason, reset)
         if reset or reloaded:
