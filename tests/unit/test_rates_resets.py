@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 from collector.analysis.detect.increases import series_increase
 from collector.analysis.rates import (
-    MODEL_COUNTERS,
     CounterTrack,
     PairKind,
     counter_increase,
@@ -17,7 +16,7 @@ from collector.analysis.rates import (
     sample_pair_kind,
     window_rates,
 )
-from collector.records import ModelMetrics, ModelRates, ModelSample
+from collector.records import MODEL_COUNTERS, ModelMetrics, ModelRates, ModelSample
 from collector.store.windows import CounterReading
 
 RATE = 86.0  # requests per second: the true load in these series
