@@ -289,7 +289,7 @@ class _Browser:
 
 def run_load(
     dashboard_url: str,
-    metrics_url: str,
+    metrics_url: str | None,
     *,
     users: int,
     duration_s: float,
@@ -297,7 +297,7 @@ def run_load(
     pages: Sequence[str] = PAGES,
 ) -> LoadResult:
     """``users`` threads viewing ``pages`` in turn (each from its own first page) with
-    ``think_s`` between views, and reading ``metrics_url`` after each round, until
+    ``think_s`` between views, and reading ``metrics_url`` (if any) after each round, until
     ``duration_s`` has passed; a view under way when it does is finished."""
     recorder = _Recorder()
     stop = threading.Event()
@@ -309,7 +309,7 @@ def run_load(
             while not stop.is_set():
                 browser.view(pages[i % len(pages)])
                 i += 1
-                if (i - n) % len(pages) == 0:
+                if metrics_url is not None and (i - n) % len(pages) == 0:
                     recorder.call(browser.session, "GET /metrics", "GET", metrics_url)
                 stop.wait(think_s)
 

@@ -1,0 +1,239 @@
+"""A soak: ``batchscope serve`` (collector, analysis, recommender, alerts and the UI in
+one process) watching the CPU testbed Triton under a load that keeps changing —
+closed-loop clients, an open-loop rate, idle — while two users view the dashboard's
+pages, for 15 minutes. The serve process's RSS, open file descriptors and threads are
+sampled each minute (psutil); after the warm-up none of them grows: the slope of a
+least-squares line through the samples stays under a bound, and the last sample is
+within a margin of the first one after warm-up.
+
+The duration and the sampling interval are ``$BATCHSCOPE_SOAK_S`` (900) and
+``$BATCHSCOPE_SOAK_SAMPLE_S`` (60), read when the module loads, so a short run
+(``BATCHSCOPE_SOAK_S=120 BATCHSCOPE_SOAK_SAMPLE_S=10``) shows it works.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from bench.load import LoadResult as PageLoad
+from bench.load import run_load as view_pages
+from collector.store import Store
+from collector.testbed.load import LoadResult, run_load
+from collector.testbed.models import ModelSpec
+from collector.testbed.server import TritonServer
+from tests.alert_support import Receiver
+from tests.integration.conftest import TritonFactory, triton_available, triton_factory
+from tests.integration.prometheus_server import answers_200
+from tests.reliability.conftest import FaultLedger
+from tests.support import free_port, stop_process, wait_until
+
+# The Triton fixtures of the integration tests, used here too.
+__all__ = ["triton_available", "triton_factory"]
+
+SOAK_S = float(os.environ.get("BATCHSCOPE_SOAK_S", "900"))
+SAMPLE_EVERY_S = float(os.environ.get("BATCHSCOPE_SOAK_SAMPLE_S", "60"))
+# The first third of the samples (at most 3 minutes) is warm-up: caches, pools and the
+# first analyses and rollups fill then.
+WARMUP_S = min(SOAK_S / 3, 180.0)
+# Bounds after warm-up. RSS: a slope under 1 % of the warm RSS per minute, and the last
+# sample within 10 % of the first; descriptors and threads: a slope under 0.5 a minute
+# (one more pooled connection opened once is a step, not a trend), the last at most 4
+# above the first (a connection or a worker in flight).
+RSS_SLOPE_SHARE_PER_MIN = 0.01
+RSS_FINAL_SHARE = 0.10
+COUNT_SLOPE_PER_MIN = 0.5
+COUNT_FINAL_EXTRA = 4
+
+MODELS = (
+    ModelSpec("solo", fixed_ms=4.0, per_sample_ms=0.5, max_batch_size=32),
+    ModelSpec(
+        "batched",
+        fixed_ms=4.0,
+        per_sample_ms=0.5,
+        max_batch_size=32,
+        dynamic_batching=True,
+        max_queue_delay_us=2000,
+    ),
+)
+# (model, closed-loop clients or None, open-loop rate or None, seconds); repeated.
+PHASES: tuple[tuple[str | None, int | None, float | None, float], ...] = (
+    ("solo", 8, None, 20.0),
+    ("batched", None, 60.0, 20.0),
+    (None, None, None, 10.0),  # idle
+    ("batched", 4, None, 20.0),
+    ("solo", None, 20.0, 20.0),
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # seconds since the soak started
+    rss: int
+    fds: int
+    threads: int
+
+
+def slope_per_min(samples: Sequence[Sample], value: str) -> float:
+    """The least-squares slope of ``value`` over time, per minute."""
+    xs = [s.at / 60.0 for s in samples]
+    ys = [float(getattr(s, value)) for s in samples]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
+
+
+def sample(process: psutil.Process, started: float) -> Sample:
+    with process.oneshot():
+        return Sample(
+            time.monotonic() - started,
+            process.memory_info().rss,
+            process.num_fds(),
+            process.num_threads(),
+        )
+
+
+@dataclass
+class Serve:
+    process: subprocess.Popen[bytes]
+    ui_url: str
+    db_url: str
+    log: Path
+
+
+@pytest.fixture
+def served(
+    triton_factory: TritonFactory,  # noqa: F811 - the imported fixture
+    tmp_path: Path,
+) -> Iterator[tuple[TritonServer, Serve, Receiver]]:
+    server = triton_factory(list(MODELS))
+    port = free_port()
+    ui_url = f"http://127.0.0.1:{port}"
+    db_url = f"sqlite:///{tmp_path / 'soak.db'}"
+    with Receiver() as receiver:
+        config = tmp_path / "batchscope.yml"
+        settings = {
+            "analysis_every_s": 5,
+            "recommend_every_s": 15,
+            "analysis": {"window_s": 10, "sustain": 2, "clear_after": 2},
+            "alerts": {
+                "receivers": [{"name": "hook", "webhook": {"url": receiver.url + "/hook"}}],
+                "dashboard_url": ui_url,
+            },
+        }
+        config.write_text(yaml.safe_dump(settings))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
+        command = [sys.executable, "-m", "collector.cli", "serve"]
+        command += ["--triton", server.http_url, "--metrics-url", server.metrics_url]
+        command += ["--db", db_url, "--interval", "1", "--sources", "triton,host"]
+        command += ["--port", str(port), "--config", str(config)]
+        log = tmp_path / "serve.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_until(
+                lambda: proc.poll() is not None or answers_200(ui_url + "/"), 60, "serve's UI"
+            )
+            assert proc.poll() is None, log.read_text()[-3000:]
+            yield server, Serve(proc, ui_url, db_url, log), receiver
+        finally:
+            stop_process(proc)
+
+
+def drive(server: TritonServer, stop: threading.Event, results: list[LoadResult]) -> None:
+    """The phases in turn until ``stop``; each phase ends within its seconds."""
+    i = 0
+    while not stop.is_set():
+        model, clients, rate, seconds = PHASES[i % len(PHASES)]
+        i += 1
+        if model is None:
+            stop.wait(seconds)
+            continue
+        results.append(
+            run_load(server.grpc_url, model, concurrency=clients, rate=rate, duration_s=seconds)
+        )
+
+
+@pytest.mark.long
+def test_serve_soak_has_no_growth(
+    served: tuple[TritonServer, Serve, Receiver], fault_ledger: FaultLedger
+) -> None:
+    server, serve, receiver = served
+    process = psutil.Process(serve.process.pid)
+    stop = threading.Event()
+    loads: list[LoadResult] = []
+    driver = threading.Thread(target=drive, args=(server, stop, loads))
+    ui_load: list[PageLoad] = []
+    viewer = threading.Thread(
+        target=lambda: ui_load.append(
+            view_pages(serve.ui_url, None, users=2, duration_s=SOAK_S, think_s=5.0)
+        )
+    )
+    started = time.monotonic()
+    samples = [sample(process, started)]
+    driver.start()
+    viewer.start()
+    try:
+        while time.monotonic() - started < SOAK_S:
+            stop.wait(min(SAMPLE_EVERY_S, SOAK_S - (time.monotonic() - started)))
+            assert serve.process.poll() is None, serve.log.read_text()[-3000:]
+            samples.append(sample(process, started))
+    finally:
+        stop.set()
+        driver.join(timeout=60)
+        viewer.join(timeout=180)
+    assert not driver.is_alive() and not viewer.is_alive()
+
+    # It kept working all along: every request of the load answered, the store filled.
+    sent = sum(r.requests + r.errors for r in loads)
+    failed = sum(r.errors for r in loads)
+    assert sent > 0 and failed == 0, [r.error_samples for r in loads if r.errors]
+    [pages] = ui_load
+    assert pages.total("status_5xx") == 0 and pages.total("no_answer") == 0
+    with Store(serve.db_url) as store:
+        latest = store.latest_collected_at()
+    assert latest is not None and time.time() - latest < 30, "collection stopped"
+
+    warm = [s for s in samples if s.at >= WARMUP_S]
+    assert len(warm) >= 3, samples
+    first, last = warm[0], warm[-1]
+    rss_slope = slope_per_min(warm, "rss")
+    fd_slope = slope_per_min(warm, "fds")
+    thread_slope = slope_per_min(warm, "threads")
+    table = "\n".join(
+        f"{s.at:6.0f} s  rss {s.rss / 2**20:7.1f} MiB  fds {s.fds:4d}  threads {s.threads:3d}"
+        for s in samples
+    )
+    print(table)
+    assert fd_slope < COUNT_SLOPE_PER_MIN and last.fds <= first.fds + COUNT_FINAL_EXTRA, table
+    assert thread_slope < COUNT_SLOPE_PER_MIN, table
+    assert last.threads <= first.threads + COUNT_FINAL_EXTRA, table
+    rss_bound = RSS_SLOPE_SHARE_PER_MIN * first.rss
+    assert rss_slope < rss_bound, (
+        f"RSS grows {rss_slope / 1024:.0f} KiB/min after warm-up (bound "
+        f"{rss_bound / 1024:.0f})\n{table}"
+    )
+    assert last.rss <= first.rss * (1 + RSS_FINAL_SHARE), table
+    mib = 2**20
+    fault_ledger.record(
+        area="soak",
+        fault=f"batchscope serve for {SOAK_S / 60:g} min on the CPU testbed under changing "
+        f"load (8 clients, 60 req/s, idle, 4 clients, 20 req/s in turn) and 2 UI users",
+        tries=len(samples),
+        outcome=f"{sent} inferences, 0 failed; {pages.total('requests')} UI requests, 0 5xx; "
+        f"RSS {samples[0].rss / mib:.0f} -> {first.rss / mib:.0f} MiB after "
+        f"{WARMUP_S:g} s warm-up -> {last.rss / mib:.0f} MiB at the end (slope "
+        f"{rss_slope / 1024:.0f} KiB/min over {len(warm)} samples); fds {first.fds} -> "
+        f"{last.fds} ({fd_slope:+.2f}/min); threads {first.threads} -> {last.threads} "
+        f"({thread_slope:+.2f}/min); {len(receiver.received)} alert posts received",
+    )
