@@ -11,8 +11,11 @@ drop counts as a restart only when the new values are plausible for the time ela
 (``judge_pair``): each of the ``PLAUSIBLE_COUNTERS`` at most ``RESTART_FACTOR`` times
 what the series' last counted rate accrues over the pair, plus ``RESTART_FLOOR``.
 Otherwise the pair is a *break*: the later sample is a new baseline and the pair adds
-nothing. A jump back up to the source left at the last break is a break too. No rate
-can then be negative, and none spikes.
+nothing. A rise past that bound is a break too (a move to a server that has counted
+longer), unless the pair before was a restart or a break: a real surge then costs one
+pair, not every one after it; a rise back to the source left at the last break always
+is. No
+rate can then be negative, and none spikes.
 
 Window rates are ratios of summed increases (Σ Δqueue / Σ Δsuccess), never averages
 of per-pair ratios, so a quiet pair does not weigh as much as a busy one.
@@ -172,6 +175,8 @@ class CounterTrack:
     per_s: tuple[float, ...] | None = None
     # ``PLAUSIBLE_COUNTERS`` of the sample before the last break: the source left.
     left: tuple[float, ...] | None = None
+    # Whether the last pair judged was counted (neither a restart nor a break).
+    steady: bool = False
 
 
 def judge_pair(
@@ -188,9 +193,10 @@ def judge_pair(
 
     A drop is a restart when each counter's new value is at most ``RESTART_FACTOR``
     times what its last counted rate accrues over ``seconds``, plus ``RESTART_FLOOR``
-    (the floor alone while no rate is known); otherwise a break. A rise more than that
-    bound, to at least the values of the source left at the last break, is a break back
-    to it. A break keeps the last counted rate."""
+    (the floor alone while no rate is known); otherwise a break. A rise past that bound
+    is a break when the pair before was counted (its rate is the load's, not that of a
+    part of a pair, as across a restart or break), or when it reaches the values of the
+    source left at the last break. A break keeps the last counted rate."""
     rates = track.per_s
     span = max(seconds, 0.0)
     bound = (
@@ -204,15 +210,18 @@ def judge_pair(
     else:
         accrued = list(map(operator.sub, now, before))
         left = track.left
+        implausible = any(map(operator.gt, accrued, bound))
+        back = left is not None and all(map(operator.ge, now, left))
         kind = (
             PairKind.BREAK
-            if left is not None
-            and any(map(operator.gt, accrued, bound))
-            and all(map(operator.ge, now, left))
+            if implausible and (back or (rates is not None and track.steady))
             else PairKind.COUNTED
         )
+    track.steady = kind is PairKind.COUNTED
     if kind is PairKind.BREAK:
-        track.left = tuple(before)
+        # Left by a drop, a source that counted longer: a rise to it is a move back. Left
+        # by a rise, one that counted less: a move back to it is a drop.
+        track.left = tuple(before) if down else None
     elif span > 0:
         track.per_s = tuple(max(a, 0.0) / span for a in accrued)
     return kind
