@@ -93,8 +93,10 @@ bench-collector: install system-deps
 RELIABILITY_LEDGER ?= build/reliability.jsonl
 reliability: install system-deps
 	mkdir -p build docs && rm -f $(RELIABILITY_LEDGER)
-	BATCHSCOPE_RELIABILITY_LOG=$(abspath $(RELIABILITY_LEDGER)) $(PY) -m pytest -q tests/reliability -m "long or not long"
-	$(PY) -m tests.reliability.report $(RELIABILITY_LEDGER) > docs/reliability.md
+	BATCHSCOPE_RELIABILITY_LOG=$(abspath $(RELIABILITY_LEDGER)) $(PY) -m pytest -q \
+	  --durations=10 tests/reliability -m "long or not long"; status=$$?; \
+	$(PY) -m tests.reliability.report $(RELIABILITY_LEDGER) > docs/reliability.md; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
