@@ -93,9 +93,11 @@ bench-collector: install system-deps
 RELIABILITY_LEDGER ?= build/reliability.jsonl
 reliability: install system-deps
 	mkdir -p build docs && rm -f $(RELIABILITY_LEDGER)
-	BATCHSCOPE_RELIABILITY_LOG=$(abspath $(RELIABILITY_LEDGER)) $(PY) -m pytest -q \
-	  --durations=10 tests/reliability -m "long or not long"; status=$$?; \
-	$(PY) -m tests.reliability.report $(RELIABILITY_LEDGER) > docs/reliability.md; \
+	{ BATCHSCOPE_RELIABILITY_LOG=$(abspath $(RELIABILITY_LEDGER)) $(PY) -m pytest -q \
+	  --durations=10 tests/reliability -m "long or not long"; echo $$? > build/reliability.rc; } \
+	  | tee build/reliability.log; \
+	status=$$(cat build/reliability.rc); \
+	$(PY) -m tests.reliability.report $(RELIABILITY_LEDGER) build/reliability.log > docs/reliability.md; \
 	exit $$status
 
 clean:

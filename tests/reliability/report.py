@@ -1,12 +1,16 @@
 """Renders the reliability ledger (JSON lines written by the suite under ``make
 reliability``) as the Markdown of ``docs/reliability.md``.
 
-    python -m tests.reliability.report LEDGER.jsonl > docs/reliability.md
+    python -m tests.reliability.report LEDGER.jsonl [PYTEST_OUTPUT] > docs/reliability.md
+
+With pytest's output, its closing line (how many passed and failed, and the time)
+heads the table, and each failed test is listed: a fault whose test failed has no row.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -26,9 +30,25 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render(rows: list[FaultOutcome]) -> str:
-    lines = [
-        _HEADER,
+_CLOSING = re.compile(r"^=*\s*(\d+ (passed|failed|error).* in [\d.]+s.*?)\s*=*$")
+
+
+def pytest_outcome(output: str) -> list[str]:
+    """pytest's lines naming what failed, then its closing line (if it printed one)."""
+    lines = output.splitlines()
+    failed = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    closing = [m.group(1) for m in map(_CLOSING.match, lines) if m]
+    return [*failed, *closing[-1:]]
+
+
+def render(rows: list[FaultOutcome], outcome: list[str] | None = None) -> str:
+    lines = [_HEADER]
+    if outcome:
+        lines += [f"The run: {outcome[-1]}", ""]
+        lines += [f"- {line}" for line in outcome[:-1]]
+        if len(outcome) > 1:
+            lines.append("")
+    lines += [
         "| area | fault or input | tries | what happened | lost | test |",
         "|---|---|---:|---|---|---|",
     ]
@@ -41,15 +61,19 @@ def render(rows: list[FaultOutcome]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m tests.reliability.report LEDGER.jsonl", file=sys.stderr)
+    if len(argv) not in (1, 2):
+        print(
+            "usage: python -m tests.reliability.report LEDGER.jsonl [PYTEST_OUTPUT]",
+            file=sys.stderr,
+        )
         return 2
     rows = [
         FaultOutcome(**json.loads(line))
         for line in Path(argv[0]).read_text(encoding="utf-8").splitlines()
         if line.strip()
     ]
-    sys.stdout.write(render(rows))
+    outcome = pytest_outcome(Path(argv[1]).read_text(encoding="utf-8")) if len(argv) == 2 else None
+    sys.stdout.write(render(rows, outcome))
     return 0
 
 
