@@ -21,6 +21,13 @@ Faults (``FAULTS``):
 - ``backwards``: counters start again near zero, as after a restart, with no outage a
   collector could see (the documents of a server started just now).
 
+Outside ``FAULTS`` (a behaviour of its own, not one of the faults tried together):
+
+- ``flip``: the address reaches two long-running servers in turn, ``FLIP_S`` seconds
+  each (a load balancer, a DNS name that moves): the target's own documents and those
+  of a server up ``FLIP_AHEAD_S`` seconds longer, under the same load, so the counters
+  jump up and fall part-way back, and the true rates never change.
+
 Every connection runs on a thread of its own; ``close()`` ends them all (a hung or
 dripping connection within a tenth of a second).
 """
@@ -49,6 +56,9 @@ __all__ = [
     "DRIP",
     "DUPLICATED",
     "FAULTS",
+    "FLIP",
+    "FLIP_AHEAD_S",
+    "FLIP_S",
     "GARBAGE",
     "HANG",
     "HTML",
@@ -70,6 +80,9 @@ GARBAGE = "garbage"
 DUPLICATED = "duplicated"
 BACKWARDS = "backwards"
 FAULTS = (HANG, DRIP, HUGE, HTML, TRUNCATED, CUT, GARBAGE, DUPLICATED, BACKWARDS)
+FLIP = "flip"
+FLIP_S = 2.5  # how long the address stays on each of the two servers
+FLIP_AHEAD_S = 1800.0  # how much longer the other server has been up
 
 HUGE_BYTES = 50 * 1000 * 1000
 _TICK_S = 0.1  # counters advance ten times a second: rates between 1 s scrapes are smooth
@@ -112,6 +125,7 @@ class _Target:
     index: int
     listener: socket.socket
     documents: TargetDocuments
+    other: TargetDocuments  # the second server of ``FLIP``
     fault: str = OK
     requests: int = 0
     connections: list[socket.socket] = field(default_factory=list)
@@ -140,7 +154,8 @@ class FaultServer:
             listener.listen(64)
             listener.settimeout(_POLL_S)
             docs = TargetDocuments(index, self._templates, _TICK_S, started)
-            self._targets[name] = _Target(name, index, listener, docs)
+            other = TargetDocuments(index, self._templates, _TICK_S, started - FLIP_AHEAD_S)
+            self._targets[name] = _Target(name, index, listener, docs, other)
 
     # ------------------------------------------------------------------ control
 
@@ -179,7 +194,7 @@ class FaultServer:
 
     def set_fault(self, name: str, fault: str) -> None:
         """What ``name`` does from its next request on (``OK`` or one of ``FAULTS``)."""
-        if fault != OK and fault not in FAULTS:
+        if fault not in (OK, FLIP) and fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}")
         target = self._targets[name]
         if fault == BACKWARDS:
@@ -279,6 +294,8 @@ class FaultServer:
         if fault == GARBAGE:
             return _response("200 OK", b"text/plain; charset=utf-8", os.urandom(4096))
         docs = target.documents
+        if fault == FLIP and int(time.time() // FLIP_S) % 2 == 1:
+            docs = target.other
         if path == "/metrics":
             page = docs.metrics()
             if fault == TRUNCATED:
