@@ -27,7 +27,7 @@ from collector.errors import ConfigError
 from tests.reliability.conftest import FaultLedger
 
 FAST_EXAMPLES = 150
-LONG_EXAMPLES = 20_000
+LONG_EXAMPLES = 5_000  # as in test_parsers_fuzz: atheris is the deep search
 
 VALID_FILE = b"""\
 targets:
