@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from collector import records
 from collector.analysis.configs import config_changes, render_pbtxt
-from collector.analysis.rates import rates_between
+from collector.analysis.rates import CounterTrack, rates_between
 from collector.sources.triton_json import map_model_config
 from collector.store import Store
 
@@ -108,6 +108,7 @@ def steady_load(
     (rollups average those)."""
     ticks = int(seconds / step)
     previous: dict[str, records.ModelSample] = {}
+    tracks: dict[str, CounterTrack] = {}  # as the collector keeps per series
     for i in range(ticks + 1):
         at = start + i * step
         if skip is not None and skip[0] <= at < skip[1]:
@@ -121,7 +122,10 @@ def steady_load(
             before = previous.get(metrics.model)
             if before is not None:
                 rates[(metrics.model, metrics.version)] = rates_between(
-                    before, sample, instance_count=load.config.instance_count
+                    before,
+                    sample,
+                    instance_count=load.config.instance_count,
+                    track=tracks.setdefault(metrics.model, CounterTrack()),
                 )
             previous[metrics.model] = sample
         store.write_triton(
