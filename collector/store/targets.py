@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, func, insert, select, update
@@ -132,7 +132,7 @@ class TargetsMixin(Database):
         if up_by_source is None or any(
             other != scrape.source and scrape_decides(scrape.kind, other) for other in up_by_source
         ):
-            up_by_source = self._source_states(session, [target_id]).get(target_id, {})
+            up_by_source = self._source_states(session, target_id).get(target_id, {})
         if up_by_source.get(scrape.source) != ok:
             transition = TargetTransition(
                 scrape.target, scrape.source, scrape.started_at, ok, scrape.error_kind,
@@ -156,7 +156,7 @@ class TargetsMixin(Database):
         with self._read() as session:
             stmt = select(*columns(TargetRow)).order_by(TargetRow.name)
             rows = session.execute(stmt).mappings().all()
-            states = self._source_states(session, [r["id"] for r in rows])
+            states = self._source_states(session) if rows else {}
             return [_target_state(r, states.get(r["id"], {})) for r in rows]
 
     def transitions(
@@ -254,17 +254,18 @@ class TargetsMixin(Database):
         return target_id
 
     def _source_states(
-        self, session: Executor, target_ids: Sequence[int]
+        self, session: Executor, target_id: int | None = None
     ) -> dict[int, dict[str, bool]]:
         """Whether the latest scrape of every (target, source) succeeded (the latest
-        transition's ``up``): its current state."""
-        if not target_ids:
-            return {}
-        latest = (
-            select(func.max(TransitionRow.id))
-            .where(TransitionRow.target_id.in_(target_ids))
-            .group_by(TransitionRow.target_id, TransitionRow.source)
+        transition's ``up``): its current state; of ``target_id``'s sources only when
+        given. No ``IN (list of ids)`` here: SQLAlchemy leaves each such statement as a
+        reference cycle, freed only by a full garbage collection, which a service runs
+        rarely (``tune_gc_for_service``): one per detector pass, kept for minutes."""
+        latest = select(func.max(TransitionRow.id)).group_by(
+            TransitionRow.target_id, TransitionRow.source
         )
+        if target_id is not None:
+            latest = latest.where(TransitionRow.target_id == target_id)
         stmt = select(TransitionRow.target_id, TransitionRow.source, TransitionRow.up).where(
             TransitionRow.id.in_(latest)
         )
