@@ -156,6 +156,10 @@ RESTART_FACTOR = 4.0
 #: What any counter may accrue over a pair after a drop whatever its last rate (an idle
 #: model that restarts and takes a burst).
 RESTART_FLOOR = 1000.0
+#: How many times the last counted rate a rise may reach and still be the load's: a
+#: surge is counted, a move to a server that counted for longer (minutes or hours of
+#: its load at once) is not.
+SURGE_FACTOR = 100.0
 _plausible_counters = operator.attrgetter(*PLAUSIBLE_COUNTERS)
 
 
@@ -193,10 +197,11 @@ def judge_pair(
 
     A drop is a restart when each counter's new value is at most ``RESTART_FACTOR``
     times what its last counted rate accrues over ``seconds``, plus ``RESTART_FLOOR``
-    (the floor alone while no rate is known); otherwise a break. A rise past that bound
-    is a break when the pair before was counted (its rate is the load's, not that of a
-    part of a pair, as across a restart or break), or when it reaches the values of the
-    source left at the last break. A break keeps the last counted rate."""
+    (the floor alone while no rate is known); otherwise a break. A rise is a break when
+    it passes ``SURGE_FACTOR`` times the last counted rate (plus the floor) and the pair
+    before was counted (its rate is the load's, not that of a part of a pair, as across
+    a restart or break), or when it passes the restart bound and reaches the values of
+    the source left at the last break. A break keeps the last counted rate."""
     rates = track.per_s
     span = max(seconds, 0.0)
     bound = (
@@ -210,13 +215,20 @@ def judge_pair(
     else:
         accrued = list(map(operator.sub, now, before))
         left = track.left
-        implausible = any(map(operator.gt, accrued, bound))
-        back = left is not None and all(map(operator.ge, now, left))
-        kind = (
-            PairKind.BREAK
-            if implausible and (back or (rates is not None and track.steady))
-            else PairKind.COUNTED
+        back = (
+            left is not None
+            and all(map(operator.ge, now, left))
+            and any(map(operator.gt, accrued, bound))
         )
+        moved = (
+            rates is not None
+            and track.steady
+            and any(
+                a > SURGE_FACTOR * r * span + RESTART_FLOOR
+                for a, r in zip(accrued, rates, strict=True)
+            )
+        )
+        kind = PairKind.BREAK if back or moved else PairKind.COUNTED
     track.steady = kind is PairKind.COUNTED
     if kind is PairKind.BREAK:
         # Left by a drop, a source that counted longer: a rise to it is a move back. Left

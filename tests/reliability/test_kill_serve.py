@@ -270,6 +270,7 @@ def test_kill_serve_sqlite_twenty_times(tmp_path: Path, fault_ledger: FaultLedge
     _sqlite_kill_test(tmp_path, 20, fault_ledger)
 
 
+@pytest.mark.long  # make test kills on SQLite; the fleet store in make reliability
 @pytest.mark.postgres
 def test_kill_serve_postgresql(tmp_path: Path, pg_url: str, fault_ledger: FaultLedger) -> None:
     results, before, after = _kill_runs(tmp_path, pg_url, 2, _pg_migrating(pg_url), lambda: None)

@@ -145,12 +145,20 @@ def test_the_lean_window_judges_every_pair_as_the_full_one() -> None:
     assert kinds == {PairKind.COUNTED, PairKind.RESTART, PairKind.BREAK}
 
 
-def test_a_move_up_to_a_server_that_counted_longer_is_a_break_but_a_surge_costs_one_pair() -> None:
+def test_a_move_up_to_a_server_that_counted_longer_is_a_break_but_a_surge_counts() -> None:
     series = [sample(float(t), 54_363 + RATE * t) for t in range(4)]
     series += [sample(4.0 + t, 108_785 + RATE * t) for t in range(3)]
     rates = per_scrape_rates(series)
     assert [r.requests_per_s for r in rates] == [RATE] * 3 + [0.0] + [RATE] * 2
-    # A real surge, from 86 to 2000 requests/s: its first pair only is left out.
+    # A real surge, from 86 to 2000 requests/s (23x): every pair counted (the first
+    # spans the 2 s from t=3 to t=5, half of it at the surge's rate).
     surge = [sample(float(t), 1_000 + RATE * t) for t in range(4)]
     surge += [sample(4.0 + t, surge[-1].metrics.request_success + 2_000 * t) for t in range(1, 4)]
-    assert [r.requests_per_s for r in per_scrape_rates(surge)] == [RATE] * 3 + [0.0] + [2_000.0] * 2
+    assert [r.requests_per_s for r in per_scrape_rates(surge)] == [RATE] * 3 + [1_000.0] + [
+        2_000.0
+    ] * 2
+    # Past SURGE_FACTOR times the rate (86 to 20000 requests/s) only its first pair is
+    # left out, as a move would be.
+    jump = [sample(float(t), 1_000 + RATE * t) for t in range(4)]
+    jump += [sample(4.0 + t, jump[-1].metrics.request_success + 20_000 * t) for t in range(1, 4)]
+    assert [r.requests_per_s for r in per_scrape_rates(jump)] == [RATE] * 3 + [0.0] + [20_000.0] * 2
