@@ -58,11 +58,11 @@ def _figures(result: LoadResult) -> str:
 
 
 def test_short_load_on_dashboard_and_metrics(tmp_path: Path, fault_ledger: FaultLedger) -> None:
-    result, seeded_s = _load(tmp_path, users=10, duration_s=5, step_s=1800)
+    result, seeded_s = _load(tmp_path, users=10, duration_s=10, step_s=1800)
     _check(result)
     fault_ledger.record(
         area="load",
-        fault="10 users for 5 s on every dashboard page and /metrics (a week of 20 models, "
+        fault="10 users for 10 s on every dashboard page and /metrics (a week of 20 models, "
         "30-minute spacing)",
         tries=result.total("requests"),
         outcome=_figures(result) + f"; store seeded in {seeded_s:.1f} s",
