@@ -206,10 +206,12 @@ class CollectorService:
                     source.target, source.name, kind, started, time.perf_counter() - t0,
                     interval_s=self.settings.interval_s, first_in_run=first_in_run,
                 )  # fmt: skip
-                self._writes.submit(
-                    functools.partial(self.store.write_scrape, snapshot, rates, scrape),
-                    what=f"scrape of {source.target} at {started:.3f}",
-                    size=functools.partial(payload_bytes, snapshot, rates, scrape),
+                self._submit(
+                    f"scrape of {source.target} at {started:.3f}",
+                    self.store.write_scrape,
+                    snapshot,
+                    rates,
+                    scrape,
                 )
                 recorded = True
         except CollectError as exc:
@@ -238,23 +240,20 @@ class CollectorService:
     ) -> None:
         """Record a scrape that ``Store.write_scrape`` did not: a failed one, or one of
         a source that brings no snapshot of its own target (host, fleet mode)."""
-        write = functools.partial(
-            self.store.record_scrape,
-            source.target,
-            source.name,
-            kind=kind,
-            started_at=started,
-            duration_s=duration,
-            error_kind=error_kind,
-            error=error,
-            interval_s=self.settings.interval_s,
-            first_in_run=first_in_run,
-        )
         try:
-            self._writes.submit(
-                write,
-                what=f"{source.name} scrape record of {source.target} at {started:.3f}",
-                size=functools.partial(payload_bytes, error),
+            self._submit(
+                f"{source.name} scrape record of {source.target} at {started:.3f}",
+                self.store.record_scrape,
+                source.target,
+                source.name,
+                kind=kind,
+                started_at=started,
+                duration_s=duration,
+                error_kind=error_kind,
+                error=error,
+                interval_s=self.settings.interval_s,
+                first_in_run=first_in_run,
+                sized=(error,),
             )
         except Exception:
             log.exception("%s/%s: could not record the scrape result", source.name, source.target)
@@ -265,12 +264,14 @@ class CollectorService:
         t = self._endpoints.get(target)
         if t is None:
             return
-        write = functools.partial(
-            self.store.record_endpoints, target, url=t.url, metrics_url=t.metrics_url
-        )
         try:
-            self._writes.submit(
-                write, what=f"endpoints of {target}", size=functools.partial(payload_bytes, t)
+            self._submit(
+                f"endpoints of {target}",
+                self.store.record_endpoints,
+                target,
+                url=t.url,
+                metrics_url=t.metrics_url,
+                sized=(t,),
             )
         except Exception:
             log.exception("%s: could not record where it is scraped", target)
@@ -338,12 +339,20 @@ class CollectorService:
         if first_error is not None:  # the scrape failed with it
             raise first_error
 
-    def _submit(self, what: str, write: Callable[..., object], *args: object) -> None:
-        """``write(*args)`` through the write buffer, its size that of ``args``."""
+    def _submit(
+        self,
+        what: str,
+        write: Callable[..., object],
+        *args: object,
+        sized: tuple[object, ...] | None = None,
+        **kwargs: object,
+    ) -> None:
+        """``write(*args, **kwargs)`` through the write buffer, counted as the size of
+        ``sized`` (default: ``args``), measured only if it is held."""
         self._writes.submit(
-            functools.partial(write, *args),
+            functools.partial(write, *args, **kwargs),
             what=what,
-            size=functools.partial(payload_bytes, *args),
+            size=functools.partial(payload_bytes, *(args if sized is None else sized)),
         )
 
     def _write_record(self, target: str, record: Record) -> None:
@@ -355,17 +364,13 @@ class CollectorService:
         elif isinstance(record, records.HostFacts):
             self._submit(f"host facts of {target}", self.store.write_host_facts, target, record)
         elif isinstance(record, records.ScrapeHealth):  # fleet mode: Prometheus's `up`
-            write = functools.partial(
+            self._submit(
+                f"scrape record of {record.target} at {record.scraped_at:.3f}",
                 self.store.record_scrape, record.target, record.source, kind=TRITON_KIND,
                 started_at=record.scraped_at, duration_s=record.duration_s,
                 error_kind=None if record.up else "down", error=record.error,
-                interval_s=record.interval_s,
+                interval_s=record.interval_s, sized=(record,),
             )  # fmt: skip
-            self._writes.submit(
-                write,
-                what=f"scrape record of {record.target} at {record.scraped_at:.3f}",
-                size=functools.partial(payload_bytes, record),
-            )
 
     def _rates_for(
         self, snapshot: records.TritonSnapshot
@@ -645,11 +650,7 @@ class CollectorService:
 
     def _keep_outage(self, outage: StoreOutage) -> None:
         """An outage of the store, over: kept in it (held too, should it fail again)."""
-        self._writes.submit(
-            functools.partial(self.store.record_store_outage, outage),
-            what="the record of a store outage",
-            size=functools.partial(payload_bytes, outage),
-        )
+        self._submit("the record of a store outage", self.store.record_store_outage, outage)
 
     def store_buffer(self) -> BufferCounts:
         """What the write buffer holds now and did since start (held while the store

@@ -11,11 +11,10 @@ drop counts as a restart only when the new values are plausible for the time ela
 (``judge_pair``): each of the ``PLAUSIBLE_COUNTERS`` at most ``RESTART_FACTOR`` times
 what the series' last counted rate accrues over the pair, plus ``RESTART_FLOOR``.
 Otherwise the pair is a *break*: the later sample is a new baseline and the pair adds
-nothing. A rise past that bound is a break too (a move to a server that has counted
-longer), unless the pair before was a restart or a break: a real surge then costs one
-pair, not every one after it; a rise back to the source left at the last break always
-is. No
-rate can then be negative, and none spikes.
+nothing. A rise is a break too when it passes ``SURGE_FACTOR`` times the last counted
+rate after a counted pair (a move to a server that has counted longer), or when it
+returns to the source left at the last break. No rate can then be negative, and none
+spikes.
 
 Window rates are ratios of summed increases (Σ Δqueue / Σ Δsuccess), never averages
 of per-pair ratios, so a quiet pair does not weigh as much as a busy one.
@@ -53,6 +52,7 @@ __all__ = [
     "PLAUSIBLE_COUNTERS",
     "RESTART_FACTOR",
     "RESTART_FLOOR",
+    "SURGE_FACTOR",
     "CounterIncrease",
     "CounterTrack",
     "PairKind",

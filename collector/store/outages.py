@@ -8,7 +8,7 @@ from sqlalchemy import Index, insert, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from collector.store.engine import Database
-from collector.store.mapping import columns
+from collector.store.mapping import columns, record_from, record_values
 from collector.store.rows import StoreOutage
 from collector.store.schema import ID, Base
 
@@ -33,16 +33,8 @@ class OutagesMixin(Database):
 
     def record_store_outage(self, outage: StoreOutage) -> None:
         """Keep one outage the collector lived through (once the store is back)."""
-        values = {
-            "started_at": outage.started_at,
-            "ended_at": outage.ended_at,
-            "held": outage.held,
-            "written": outage.written,
-            "dropped": outage.dropped,
-            "reason": outage.reason,
-        }
         with self._write() as session:
-            session.execute(insert(StoreOutageRow), [values])
+            session.execute(insert(StoreOutageRow), [record_values(outage)])
 
     def store_outages(self, *, since: float | None = None) -> list[StoreOutage]:
         """The outages that ended at or after ``since`` (every one when None), oldest
@@ -51,14 +43,4 @@ class OutagesMixin(Database):
         if since is not None:
             stmt = stmt.where(StoreOutageRow.ended_at >= since)
         with self._read() as session:
-            return [
-                StoreOutage(
-                    started_at=r["started_at"],
-                    ended_at=r["ended_at"],
-                    held=r["held"],
-                    written=r["written"],
-                    dropped=r["dropped"],
-                    reason=r["reason"],
-                )
-                for r in session.execute(stmt).mappings()
-            ]
+            return [record_from(StoreOutage, r) for r in session.execute(stmt).mappings()]

@@ -260,7 +260,7 @@ class TargetsMixin(Database):
         transition's ``up``): its current state; of ``target_id``'s sources only when
         given. No ``IN (list of ids)`` here: SQLAlchemy leaves each such statement as a
         reference cycle, freed only by a full garbage collection, which a service runs
-        rarely (``tune_gc_for_service``): one per detector pass, kept for minutes."""
+        once a minute (``tune_gc_for_service``), and this runs every detector pass."""
         latest = select(func.max(TransitionRow.id)).group_by(
             TransitionRow.target_id, TransitionRow.source
         )
