@@ -21,7 +21,6 @@ import argparse
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ from typing import Any
 import requests
 
 from bench.dashboard_callbacks import fill
+from bench.fleet_run import free_port
+from collector.process_control import die_with_parent
 
 __all__ = [
     "PAGES",
@@ -366,12 +367,6 @@ def seed(url: str, *, days: float = 7, step: float = 60, models: int = 20) -> fl
     return time.monotonic() - started
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -411,7 +406,7 @@ def serve(db_file: Path, workdir: Path, *, timeout_s: float = 60) -> Iterator[Se
     is a port nothing listens on), both on 127.0.0.1; both stopped on exit."""
     exporter_db = workdir / "exporter.db"
     shutil.copyfile(db_file, exporter_db)
-    ui_port, metrics_port, nobody = _free_port(), _free_port(), _free_port()
+    ui_port, metrics_port, nobody = free_port(), free_port(), free_port()
     base = [sys.executable, "-m", "collector.cli"]
     ui_log, exporter_log = workdir / "dashboard.log", workdir / "exporter.log"
     processes: list[subprocess.Popen[bytes]] = []
@@ -423,6 +418,7 @@ def serve(db_file: Path, workdir: Path, *, timeout_s: float = 60) -> Iterator[Se
                     + ["--host", "127.0.0.1", "--port", str(ui_port)],
                     stdout=out,
                     stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent(),  # gone with the bench, even on SIGKILL
                 )
             )
         with exporter_log.open("wb") as out:
@@ -433,6 +429,7 @@ def serve(db_file: Path, workdir: Path, *, timeout_s: float = 60) -> Iterator[Se
                     + ["--triton", f"http://127.0.0.1:{nobody}", "--interval", "5"],
                     stdout=out,
                     stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent(),  # gone with the bench, even on SIGKILL
                 )
             )
         services = Services(

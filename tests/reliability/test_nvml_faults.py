@@ -138,12 +138,16 @@ def _start_collector(
             stderr=subprocess.STDOUT,
             env=env,
         )
-    wait_until(
-        lambda: b"collecting from" in log_path.read_bytes() or proc.poll() is not None,
-        60,
-        "the collector's store",
-    )
-    assert proc.poll() is None, log_path.read_text()
+    try:
+        wait_until(
+            lambda: b"collecting from" in log_path.read_bytes() or proc.poll() is not None,
+            60,
+            "the collector's store",
+        )
+        assert proc.poll() is None, log_path.read_text()
+    except BaseException:
+        stop_process(proc)  # the callers stop it only once it started
+        raise
     return proc, log_path
 
 

@@ -342,10 +342,10 @@ def _run(name: str, examples: int, fault_ledger: FaultLedger) -> None:
     fault_ledger.record(
         area="bad input",
         fault=f"{name} parser: {_DESCRIBE[name]}",
-        tries=examples + len(pinned),
+        tries=examples + len(pinned),  # hypothesis runs at most max_examples
         outcome=(
-            f"{examples} generated and {len(pinned)} pinned inputs in "
-            f"{time.monotonic() - started:.1f} s: records or ParseError, nothing else"
+            f"up to {examples} generated and {len(pinned)} pinned inputs in "
+            f"{time.monotonic() - started:.1f} s: records or batchscope's own errors, nothing else"
             f"{_FIXED.get(name, '')}"
         ),
     )

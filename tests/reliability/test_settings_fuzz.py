@@ -281,9 +281,9 @@ def _run(name: str, examples: int, fault_ledger: FaultLedger) -> None:
     fault_ledger.record(
         area="bad input",
         fault=f"settings loader, {name}: {describe}",
-        tries=examples + len(pinned),
+        tries=examples + len(pinned),  # hypothesis runs at most max_examples
         outcome=(
-            f"{examples} generated and {len(pinned)} pinned inputs in "
+            f"up to {examples} generated and {len(pinned)} pinned inputs in "
             f"{time.monotonic() - started:.1f} s: Settings or ConfigError naming the field, "
             f"nothing else{_FIXED.get(name, '')}"
         ),

@@ -280,6 +280,7 @@ def test_the_other_targets_keep_their_interval(run: FaultRun, fault_ledger: Faul
     gaps = [
         b - a for times in run.good_scrapes.values() for a, b in zip(times, times[1:], strict=False)
     ]
+    assert run.collector_exit == 0, run.log[-3000:]
     fault_ledger.record(
         area="targets",
         fault=f"{len(fs.FAULTS)} faulty targets at once beside {len(GOOD)} good ones",
@@ -289,7 +290,6 @@ def test_the_other_targets_keep_their_interval(run: FaultRun, fault_ledger: Faul
             f"{max(gaps):.2f} s; collector exited {run.collector_exit} at SIGTERM"
         ),
     )
-    assert run.collector_exit == 0, run.log[-3000:]
 
 
 def test_memory_stays_bounded(run: FaultRun, fault_ledger: FaultLedger) -> None:
