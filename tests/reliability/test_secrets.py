@@ -16,11 +16,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import traceback
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 import requests
@@ -192,23 +193,36 @@ class Outputs:
         }
 
 
+# Each command's stdout and stderr, in files: a pipe nothing reads until the end (a
+# serve -v logging at debug) would fill and block the command.
+_OUTPUT_FILES: dict[subprocess.Popen[bytes], tuple[IO[bytes], IO[bytes]]] = {}
+
+
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    # Closed by _finish, which reads them.
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115
+    proc = subprocess.Popen(
         [sys.executable, "-m", "collector.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=out,
+        stderr=err,
         env={**os.environ, **(env or {})},
     )
+    _OUTPUT_FILES[proc] = (out, err)
+    return proc
 
 
 def _finish(outputs: Outputs, name: str, proc: subprocess.Popen[bytes]) -> int:
     """Wait for a command (bounded) and keep its stdout and stderr."""
     try:
-        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        proc.wait(timeout=RUN_TIMEOUT_S)
     finally:
         stop_process(proc)
-    outputs.add(f"{name}: stdout", out)
-    outputs.add(f"{name}: stderr", err)
+    out, err = _OUTPUT_FILES.pop(proc)
+    with out, err:
+        out.seek(0)
+        err.seek(0)
+        outputs.add(f"{name}: stdout", out.read())
+        outputs.add(f"{name}: stderr", err.read())
     return proc.returncode
 
 
