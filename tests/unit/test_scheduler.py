@@ -354,9 +354,15 @@ def test_each_source_keeps_its_interval_and_the_ticks_spread_over_it(tmp_path: P
     for target, at in service.ticks:
         by_source.setdefault(target, []).append(at)
     assert len(by_source) == 200
-    # Each source on its own grid: after the first tick, one interval apart.
-    gaps = [b - a for times in by_source.values() for a, b in itertools.pairwise(times[1:])]
-    assert all(abs(g - interval) < 0.1 for g in gaps), sorted(gaps)[:: len(gaps) // 10]
+    # Each source on its own grid: after the first tick, one interval apart on average
+    # (a late tick is followed by an early one, not by a shifted grid), and no gap far
+    # enough off to be a skipped or doubled tick. A tick held up by a busy machine may
+    # be late, so single gaps get half an interval.
+    steady = [times[1:] for times in by_source.values()]
+    mean_gaps = [(t[-1] - t[0]) / (len(t) - 1) for t in steady]
+    assert all(abs(g - interval) < 0.02 for g in mean_gaps), sorted(mean_gaps)[:: 20]
+    gaps = [b - a for times in steady for a, b in itertools.pairwise(times)]
+    assert all(abs(g - interval) < interval / 2 for g in gaps), sorted(gaps)[:: len(gaps) // 10]
     # Staggered: where in the interval each source's steady ticks fall; no tenth of
     # the interval holds more than a third of the sources (together: all 200 in one).
     ref = service.ticks[0][1]
