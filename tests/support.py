@@ -1,17 +1,23 @@
 """Small helpers the tests share: a free port, waiting for a condition, stopping a
-process a test started."""
+process a test started, a ``batchscope collect`` process run for a test."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import requests
 
-__all__ = ["free_port", "stop_process", "wait_until"]
+__all__ = ["RunningCollector", "free_port", "running_collector", "stop_process", "wait_until"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -47,3 +53,61 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@dataclass
+class RunningCollector:
+    """A ``batchscope collect`` process started by :func:`running_collector`."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self, tail: int = 3000) -> str:
+        """The last ``tail`` characters of what the process wrote."""
+        return self.log_path.read_text(errors="replace")[-tail:]
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """Stop it with SIGTERM (killed after ``timeout_s``); its exit status."""
+        stop_process(self.proc, timeout_s=timeout_s)
+        return self.proc.returncode
+
+
+@contextmanager
+def running_collector(
+    workdir: Path,
+    *,
+    settings: Mapping[str, object] | None = None,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 60.0,
+) -> Iterator[RunningCollector]:
+    """``batchscope collect`` run from ``workdir``: with ``settings`` written to
+    ``workdir/batchscope.yaml`` (``--config``) and/or command-line ``args``, its output
+    in ``workdir/collect.log``, in an environment without ``BATCHSCOPE_*`` or
+    ``FAKE_NVML_*`` variables but those of ``env``. Yielded once its store is open (the
+    collector logs "collecting from"), failing with its log when it exits before that;
+    stopped with SIGTERM on leaving."""
+    command = [sys.executable, "-m", "collector.cli", "collect"]
+    if settings is not None:
+        config_path = workdir / "batchscope.yaml"
+        config_path.write_text(json.dumps(settings))  # JSON is YAML
+        command += ["--config", str(config_path)]
+    command += list(args)
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith(("BATCHSCOPE_", "FAKE_NVML_"))
+    }
+    environ.update(env or {})
+    log_path = workdir / "collect.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environ)
+    collector = RunningCollector(proc, log_path)
+    try:
+        wait_until(
+            lambda: b"collecting from" in log_path.read_bytes() or proc.poll() is not None,
+            ready_timeout_s,
+            "the collector's store",
+        )
+        assert proc.poll() is None, collector.log(tail=10_000)
+        yield collector
+    finally:
+        stop_process(proc)

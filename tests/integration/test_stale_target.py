@@ -5,8 +5,6 @@ up and gives no rates. With the collector stopped too, the target is "stale"."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +18,7 @@ from collector.analysis.health import stale_after_s
 from collector.testbed.load import run_load
 from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import TritonServer
-from tests.support import wait_until
+from tests.support import running_collector
 
 pytestmark = pytest.mark.integration
 
@@ -59,42 +57,23 @@ def test_a_killed_triton_is_not_up_and_has_no_rates_after_the_stale_horizon(
     server = triton_factory(BATCHED_AND_UNBATCHED[:1])
     model = BATCHED_AND_UNBATCHED[0].name
     db_url = f"sqlite:///{tmp_path}/stale.db"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
-    env["BATCHSCOPE_BACKOFF_MAX_S"] = "1"
-    log = (tmp_path / "collect.log").open("wb")
-    collector = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "collector.cli",
-            "collect",
-            "--triton",
-            server.http_url,
-            "--metrics-url",
-            server.metrics_url,
-            "--db",
-            db_url,
-            "--interval",
-            str(INTERVAL_S),
-            "--duration",
-            "300",
-            "--sources",
-            "triton",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    try:
-        # status reads an existing store only: wait for the collector to have made it
-        # (it says so once its store is open and up to date), or status exits 2.
-        log_path = tmp_path / "collect.log"
-        wait_until(
-            lambda: b"collecting from" in log_path.read_bytes() or collector.poll() is not None,
-            60,
-            "the collector's store",
-        )
-        assert collector.poll() is None, log_path.read_text()
+    args = [
+        "--triton",
+        server.http_url,
+        "--metrics-url",
+        server.metrics_url,
+        "--db",
+        db_url,
+        "--interval",
+        str(INTERVAL_S),
+        "--duration",
+        "300",
+        "--sources",
+        "triton",
+    ]
+    # status reads an existing store only: the collector is yielded once it has made it
+    # (it says so once its store is open and up to date), or status would exit 2.
+    with running_collector(tmp_path, args=args, env={"BATCHSCOPE_BACKOFF_MAX_S": "1"}) as collector:
         # Load only once the collector holds a sample of the model: load that ends before
         # the first scrape adds nothing to any counter difference.
         _poll(db_url, lambda d: any(m["last_sample_at"] for m in d["models"]), 60)
@@ -125,16 +104,10 @@ def test_a_killed_triton_is_not_up_and_has_no_rates_after_the_stale_horizon(
         assert _target(down, target)["health"]["state"] == "down"
 
         # Every process stopped: nothing is known of now, the target is stale.
-        collector.send_signal(signal.SIGTERM)
-        collector.wait(timeout=20)
+        collector.stop()
         stale = _poll(
             db_url,
             lambda d: _target(d, target)["health"]["state"] == "stale",
             stale_after_s(INTERVAL_S) + 15,
         )
         assert stale["models"][0]["up"] is False and stale["models"][0]["rates"] is None
-    finally:
-        if collector.poll() is None:
-            collector.kill()
-            collector.wait()
-        log.close()

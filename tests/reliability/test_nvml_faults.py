@@ -13,11 +13,9 @@ Triton target is collected all the same.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from collector.store import Store
 from collector.store.rows import StoredDevice, TargetTransition
 from tests.reliability.conftest import FaultLedger
 from tests.reliability.fault_server import FaultServer
-from tests.support import stop_process, wait_until
+from tests.support import RunningCollector, running_collector, wait_until
 
 INTERVAL_S = 1.0
 PHASE_TIMEOUT_S = 8.0  # the longest wait for one phase to show in the store
@@ -111,10 +109,12 @@ class Collector:
         return time.time() - since
 
 
-def _start_collector(
+def _collecting(
     tmp: Path, db_url: str, server: FaultServer, lib_dir: Path, scenario: Path
-) -> tuple[subprocess.Popen[bytes], Path]:
-    config = {
+) -> contextlib.AbstractContextManager[RunningCollector]:
+    """``batchscope collect`` of the look-alike and of NVML from ``lib_dir`` (the fake
+    library reading ``scenario``) every second into the store at ``db_url``."""
+    settings = {
         "targets": [
             {"name": "triton-a", "url": server.url("a"), "metrics_url": server.metrics_url("a")}
         ],
@@ -126,29 +126,8 @@ def _start_collector(
         "duration_s": 120,
         "sources": ["triton", "nvml"],
     }
-    config_path = tmp / "batchscope.yaml"
-    config_path.write_text(json.dumps(config))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BATCHSCOPE_", "FAKE_NVML_"))}
-    env.update(LD_LIBRARY_PATH=str(lib_dir), FAKE_NVML_SCENARIO=str(scenario))
-    log_path = tmp / "collect.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "collector.cli", "collect", "--config", str(config_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    try:
-        wait_until(
-            lambda: b"collecting from" in log_path.read_bytes() or proc.poll() is not None,
-            60,
-            "the collector's store",
-        )
-        assert proc.poll() is None, log_path.read_text()
-    except BaseException:
-        stop_process(proc)  # the callers stop it only once it started
-        raise
-    return proc, log_path
+    env = {"LD_LIBRARY_PATH": str(lib_dir), "FAKE_NVML_SCENARIO": str(scenario)}
+    return running_collector(tmp, settings=settings, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -168,9 +147,11 @@ def test_nvml_errors_mid_run_are_recorded_and_collection_goes_on(
     c_store = Store(db_url)
     c = Collector(scenario, c_store, "triton-a")
     c.write(GPU0)
-    proc, log_path = _start_collector(tmp_path, db_url, server, fake_libs["full"], scenario)
     phases: list[Phase] = []
-    try:
+    with (
+        _collecting(tmp_path, db_url, server, fake_libs["full"], scenario) as collect,
+        contextlib.closing(c_store),
+    ):
         start = time.time()
 
         def gpu_read(uuid: str, since: float) -> bool:
@@ -265,7 +246,7 @@ def test_nvml_errors_mid_run_are_recorded_and_collection_goes_on(
         phases.append(Phase("UNINITIALIZED mid-run", at, seen, back))
 
         ended = time.time()
-        assert proc.poll() is None, log_path.read_text()[-3000:]
+        assert collect.proc.poll() is None, collect.log()
         # The Triton target kept its interval through every phase.
         bounds = [p.started for p in phases] + [ended]
         for phase, until in zip(phases, bounds[1:], strict=True):
@@ -277,10 +258,7 @@ def test_nvml_errors_mid_run_are_recorded_and_collection_goes_on(
         assert total >= total_s / INTERVAL_S - 1.5, (total, total_s)
         host = {t.name: t for t in c.store.targets()}[c.host]
         assert host.up and host.sources.get("nvml") is True, host
-    finally:
-        stop_process(proc)
-        c_store.close()
-    assert proc.returncode == 0, log_path.read_text()[-3000:]
+    assert collect.proc.returncode == 0, collect.log()
     for phase in phases:
         healed = (
             ""
@@ -323,9 +301,10 @@ def test_a_fresh_collector_without_the_library_says_so_and_collects_triton(
     scenario.write_text("gpu.count = 1\n")
     db_url = f"sqlite:///{tmp_path / 'nolib.db'}"
     start = time.time()
-    proc, log_path = _start_collector(tmp_path, db_url, server, lib_dir, scenario)
-    store = Store(db_url)
-    try:
+    with (
+        _collecting(tmp_path, db_url, server, lib_dir, scenario) as collect,
+        contextlib.closing(Store(db_url)) as store,
+    ):
         host = socket.gethostname()
         wait_until(
             lambda: (
@@ -342,11 +321,8 @@ def test_a_fresh_collector_without_the_library_says_so_and_collects_triton(
         state = {t.name: t for t in store.targets()}[host]
         assert state.up and state.sources.get("nvml") is True, state
         assert store.device_samples(source="nvml") == []
-        assert proc.poll() is None
-    finally:
-        stop_process(proc)
-        store.close()
-    assert proc.returncode == 0, log_path.read_text()[-3000:]
+        assert collect.proc.poll() is None
+    assert collect.proc.returncode == 0, collect.log()
     fault_ledger.record(
         area="nvml",
         fault="libnvidia-ml.so.1 removed, collector started afresh",

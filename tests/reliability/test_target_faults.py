@@ -19,11 +19,8 @@ behaves again. Measured, from the store the collector writes and from outside:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,7 +39,7 @@ from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import TestbedError, TritonServer
 from tests.reliability import fault_server as fs
 from tests.reliability.conftest import FaultLedger
-from tests.support import stop_process, wait_until
+from tests.support import running_collector, wait_until
 
 GOOD = ("good-a", "good-b", "good-c")
 INTERVAL_S = 1.0
@@ -112,13 +109,9 @@ def _states(store: Store) -> dict[str, TargetState]:
     return {t.name: t for t in store.targets()}
 
 
-def _start_collect(
-    tmp: Path, targets: list[dict[str, str]]
-) -> tuple[subprocess.Popen[bytes], Path, str]:
-    """``batchscope collect`` of ``targets`` every second into a new SQLite store, once
-    its store is open: the process, its log and the store's URL."""
-    db_url = f"sqlite:///{tmp / 'faults.db'}"
-    config = {
+def _settings(db_url: str, targets: list[dict[str, str]]) -> dict[str, object]:
+    """``batchscope collect`` of ``targets`` every second into the store at ``db_url``."""
+    return {
         "targets": targets,
         "db_url": db_url,
         "interval_s": INTERVAL_S,
@@ -129,53 +122,28 @@ def _start_collect(
         "duration_s": 300,
         "sources": ["triton"],
     }
-    config_path = tmp / "batchscope.yaml"
-    config_path.write_text(json.dumps(config))  # JSON is YAML
-    log_path = tmp / "collect.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "collector.cli", "collect", "--config", str(config_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    try:
-        wait_until(
-            lambda: b"collecting from" in log_path.read_bytes() or proc.poll() is not None,
-            60,
-            "the collector's store",
-        )
-        assert proc.poll() is None, log_path.read_text()
-    except BaseException:
-        stop_process(proc)
-        raise
-    return proc, log_path, db_url
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
     tmp = tmp_path_factory.mktemp("target-faults")
     names = (*GOOD, *fs.FAULTS)
-    server = fs.FaultServer(names).start()
-    targets = [
-        {"name": n, "url": server.url(n), "metrics_url": server.metrics_url(n)} for n in names
-    ]
-    try:
-        proc, log_path, db_url = _start_collect(tmp, targets)
-    except BaseException:
-        server.close()
-        raise
-    store: Store | None = None
-    try:
+    db_url = f"sqlite:///{tmp / 'faults.db'}"
+    with contextlib.ExitStack() as cleanup:
+        server = cleanup.enter_context(fs.FaultServer(names))
+        targets = [
+            {"name": n, "url": server.url(n), "metrics_url": server.metrics_url(n)} for n in names
+        ]
+        collect = cleanup.enter_context(running_collector(tmp, settings=_settings(db_url, targets)))
         store = Store(db_url)
+        cleanup.callback(store.close)
         started = time.time()
         wait_until(
             lambda: all(len(_scrape_times(store, n, started - 5, time.time())) >= 2 for n in names),
             30,
             "two scrapes of every target",
         )
-        collector = psutil.Process(proc.pid)
+        collector = psutil.Process(collect.proc.pid)
         rss_before = collector.memory_info().rss
 
         fault_at = time.time()
@@ -183,7 +151,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
         for fault in fs.FAULTS:
             server.set_fault(fault, fault)
         time.sleep(max(0.0, fault_at + HOLD_S - time.time()))
-        rss_peak = _peak_rss(proc.pid)  # the most it held at any time, the faults included
+        rss_peak = _peak_rss(collect.proc.pid)  # the most it held, the faults included
         held = _states(store)
         requests = {n: server.requests(n) - counted[n] for n in fs.FAULTS}
         rss_after = collector.memory_info().rss
@@ -207,7 +175,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
         wait_until(
             lambda: all(_states(store)[n].up for n in fs.FAULTS), 10, "every target up again"
         )
-        stop_process(proc, timeout_s=30)
+        collector_exit = collect.stop(timeout_s=30)
         yield FaultRun(
             store=store,
             fault_at=fault_at,
@@ -218,15 +186,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
             rss_before=rss_before,
             rss_peak=rss_peak,
             rss_after=rss_after,
-            collector_exit=proc.returncode,
-            log=log_path.read_text(errors="replace"),
+            collector_exit=collector_exit,
+            log=collect.log_path.read_text(errors="replace"),
             good_scrapes=good,
         )
-    finally:
-        stop_process(proc)
-        if store is not None:
-            store.close()
-        server.close()
 
 
 def _good_figures(run: FaultRun) -> str:
@@ -375,7 +338,10 @@ def test_a_real_triton_paused_resumed_killed_and_restarted_mid_collection(
                 for n in GOOD[:2]
             ),
         ]
-        proc, log_path, db_url = _start_collect(tmp_path, targets)
+        db_url = f"sqlite:///{tmp_path / 'faults.db'}"
+        collect = cleanup.enter_context(
+            running_collector(tmp_path, settings=_settings(db_url, targets))
+        )
         store = Store(db_url)
         try:
             began = time.time()
@@ -440,11 +406,11 @@ def test_a_real_triton_paused_resumed_killed_and_restarted_mid_collection(
             for r in rates:
                 for value in (r.requests_per_s, r.inferences_per_s, r.executions_per_s):
                     assert 0 <= value <= 5, r
-            assert proc.poll() is None, log_path.read_text()[-3000:]
+            assert collect.proc.poll() is None, collect.log()
         finally:
-            stop_process(proc)
             store.close()
-    assert proc.returncode == 0, log_path.read_text()[-3000:]
+            collect.stop()
+    assert collect.proc.returncode == 0, collect.log()
     fault_ledger.record(
         area="targets",
         fault="real Triton paused with SIGSTOP mid-collection, then SIGCONT",
