@@ -1,22 +1,37 @@
 """Alert test helpers: a real webhook receiver on 127.0.0.1 that verifies signatures
-with the ``standardwebhooks`` package, the signing secret the tests share, and the
-open findings that make an alert fire."""
+with the ``standardwebhooks`` package, the signing secret the tests share, the open
+findings that make an alert fire, and a real Alertmanager to send alerts to."""
 
 from __future__ import annotations
 
 import base64
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import pytest
+import requests
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from collector.store import Store
+from tests.support import free_port, wait_until
 
-__all__ = ["SECRET", "Received", "Receiver", "add_saturation_findings"]
+__all__ = [
+    "ALERTMANAGER",
+    "SECRET",
+    "Alertmanager",
+    "Received",
+    "Receiver",
+    "add_saturation_findings",
+]
+
+ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 
 SECRET = "whsec_" + base64.b64encode(b"batchscope-test-signing-key-32b!").decode()
 
@@ -120,3 +135,91 @@ def add_saturation_findings(store: Store, models: Sequence[str], at: float) -> N
             evidence={"queue_share": 0.7},
             created_at=at,
         )
+
+
+class Alertmanager:
+    """A real Alertmanager (Debian's ``prometheus-alertmanager``) on a free port, its
+    config and data in ``workdir``, routing every alert at once (no group wait, grouped
+    by ``group_by``) to the webhook ``{forward_to}/from-alertmanager``, resolved alerts
+    too with ``send_resolved``. ``start()`` and ``stop()`` at will: a restart keeps port
+    and data. As a context manager it is started on entry and stopped on exit, also on
+    failure."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        forward_to: str,
+        *,
+        group_by: Sequence[str] = ("alertname",),
+        send_resolved: bool = False,
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._dir = workdir
+        self._config = workdir / "alertmanager.yml"
+        self._config.write_text(
+            "route:\n"
+            "  receiver: test\n"
+            f"  group_by: [{', '.join(group_by)}]\n"
+            "  group_wait: 0s\n"
+            "  group_interval: 1s\n"
+            "  repeat_interval: 1h\n"
+            "receivers:\n"
+            "  - name: test\n"
+            "    webhook_configs:\n"
+            f"      - url: {forward_to}/from-alertmanager\n"
+            + ("        send_resolved: true\n" if send_resolved else "")
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        """Start it and wait for its ``/-/ready``; fail with its log if it exits."""
+        if shutil.which(ALERTMANAGER) is None:
+            pytest.fail(f"{ALERTMANAGER} is missing: apt-get install prometheus-alertmanager")
+        log_path = self._dir / f"alertmanager{self.starts}.log"
+        with log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    ALERTMANAGER,
+                    f"--config.file={self._config}",
+                    f"--storage.path={self._dir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--cluster.listen-address=",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.starts += 1
+        process = self.process
+
+        def ready() -> bool:
+            assert process.poll() is None, f"Alertmanager exited: {log_path.read_text()}"
+            try:
+                return requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        try:
+            wait_until(ready, 20, "Alertmanager's /-/ready")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """SIGTERM, killed after 10 s; nothing when it is not running."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self.process = None
+
+    def __enter__(self) -> Alertmanager:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

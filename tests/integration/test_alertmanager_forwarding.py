@@ -7,8 +7,6 @@ a deadline, and Alertmanager is stopped also on failure."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +18,8 @@ from alerts.delivery import deliver_due
 from alerts.engine import evaluate_alerts
 from collector.config import AlertSettings, Settings
 from collector.store import Store
-from tests.alert_support import Receiver
-from tests.support import free_port, wait_until
-
-ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
+from tests.alert_support import Alertmanager, Receiver
+from tests.support import wait_until
 
 
 @pytest.fixture
@@ -36,55 +32,10 @@ def receiver() -> Iterator[Receiver]:
 def alertmanager(tmp_path: Path, receiver: Receiver) -> Iterator[str]:
     """Alertmanager on a free port, routing everything to ``receiver`` at once (no
     group wait), resolved alerts included; yields its base URL."""
-    if shutil.which(ALERTMANAGER) is None:
-        pytest.fail(f"{ALERTMANAGER} is missing: apt-get install prometheus-alertmanager")
-    config = tmp_path / "alertmanager.yml"
-    config.write_text(
-        "route:\n"
-        "  receiver: test\n"
-        "  group_by: [alertname, target]\n"
-        "  group_wait: 0s\n"
-        "  group_interval: 1s\n"
-        "  repeat_interval: 1h\n"
-        "receivers:\n"
-        "  - name: test\n"
-        "    webhook_configs:\n"
-        f"      - url: {receiver.url}/from-alertmanager\n"
-        "        send_resolved: true\n"
-    )
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "alertmanager.log").open("w")
-    process = subprocess.Popen(
-        [
-            ALERTMANAGER,
-            f"--config.file={config}",
-            f"--storage.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-
-        def ready() -> bool:
-            assert process.poll() is None, (tmp_path / "alertmanager.log").read_text()
-            try:
-                return requests.get(f"{url}/-/ready", timeout=1).status_code == 200
-            except requests.ConnectionError:
-                return False
-
-        wait_until(ready, 20, "Alertmanager's /-/ready")
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        log.close()
+    with Alertmanager(
+        tmp_path, receiver.url, group_by=("alertname", "target"), send_resolved=True
+    ) as am:
+        yield am.url
 
 
 def _forwarded(receiver: Receiver, status: str) -> list[dict[str, object]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -28,12 +27,11 @@ from collector.config import AlertSettings, Settings
 from collector.store import Store
 from dashboard.components.alerts import outbox_panel
 from dashboard.queries.alerts import read_alerts
-from tests.alert_support import Receiver, add_saturation_findings
+from tests.alert_support import Alertmanager, Receiver, add_saturation_findings
 from tests.reliability.alerts_support import PlannedReceiver, outbox_counts
 from tests.reliability.conftest import FaultLedger
 from tests.support import free_port, wait_until
 
-ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 POLL_S = 0.05
 
 
@@ -310,75 +308,12 @@ def test_5xx_answers_are_retried_with_backoff_then_delivered_or_dead(
     )
 
 
-class Alertmanager:
-    """A real Alertmanager on a fixed port with its data directory; start and stop at
-    will (a restart keeps port and data)."""
-
-    def __init__(self, tmp_path: Path, forward_to: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._dir = tmp_path
-        self._config = tmp_path / "alertmanager.yml"
-        self._config.write_text(
-            "route:\n"
-            "  receiver: test\n"
-            "  group_by: [alertname, model]\n"
-            "  group_wait: 0s\n"
-            "  group_interval: 1s\n"
-            "  repeat_interval: 1h\n"
-            "receivers:\n"
-            "  - name: test\n"
-            "    webhook_configs:\n"
-            f"      - url: {forward_to}/from-alertmanager\n"
-        )
-        self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        log = (self._dir / f"alertmanager{self.starts}.log").open("wb")
-        self.process = subprocess.Popen(
-            [
-                ALERTMANAGER,
-                f"--config.file={self._config}",
-                f"--storage.path={self._dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--cluster.listen-address=",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        self.starts += 1
-        process = self.process
-
-        def ready() -> bool:
-            assert process.poll() is None, "Alertmanager exited"
-            try:
-                return requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200
-            except requests.ConnectionError:
-                return False
-
-        wait_until(ready, 20, "Alertmanager's /-/ready")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        self.process = None
-
-
 def test_alertmanager_restarted_while_alerts_are_sent(
     store: Store, tmp_path: Path, fault_ledger: FaultLedger
 ) -> None:
-    if shutil.which(ALERTMANAGER) is None:
-        pytest.fail(f"{ALERTMANAGER} is missing: apt-get install prometheus-alertmanager")
     models = [f"am{i:02d}" for i in range(24)]
     with Receiver() as forwarded:
-        am = Alertmanager(tmp_path, forwarded.url)
+        am = Alertmanager(tmp_path, forwarded.url, group_by=("alertname", "model"))
         try:
             am.start()
             alerts = {
