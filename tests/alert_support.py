@@ -52,7 +52,8 @@ class Receiver:
     secret, verifies each signature with ``standardwebhooks`` and answers 401 to a bad
     one. ``port`` 0 (the default) takes a free one. With ``hold_first``, the first
     request is recorded at once but answered only once that event is set. Use as a
-    context manager: the server stops on exit, also on failure."""
+    context manager: the server stops on exit, also on failure, ending answers still
+    held back. Subclasses decide answers otherwise by overriding ``_next_answer``."""
 
     def __init__(
         self,
@@ -67,6 +68,7 @@ class Receiver:
         self._lock = threading.Lock()
         self._verifier = Webhook(secret) if secret else None
         self._hold_first = hold_first
+        self._release = threading.Event()  # set on exit: held answers end at once
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -74,11 +76,14 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 status, extra = receiver._answer(headers, body, self.path)
-                self.send_response(status)
-                for name, value in extra.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                try:
+                    self.send_response(status)
+                    for name, value in extra.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                except OSError:  # the sender gave up waiting and closed the connection
+                    pass
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -98,14 +103,24 @@ class Receiver:
             except WebhookVerificationError:
                 verified = False
         with self._lock:
-            status, extra = self._script.pop(0) if self._script else (200, {})
+            at = time.time()
+            status, extra, delay_s = self._next_answer(headers)
             if verified is False:
                 status, extra = 401, {}
-            self.received.append(Received(time.time(), path, headers, body, status, verified))
+            self.received.append(Received(at, path, headers, body, status, verified))
             hold, self._hold_first = self._hold_first, None
         if hold is not None:
             hold.wait(30)
+        if delay_s > 0:
+            self._release.wait(delay_s)
         return status, extra
+
+    def _next_answer(self, headers: dict[str, str]) -> tuple[int, dict[str, str], float]:
+        """The answer to a request with ``headers`` (called under the lock, in arrival
+        order): its status, extra headers, and seconds to hold it back. Here the next
+        scripted one, then 200 at once."""
+        status, extra = self._script.pop(0) if self._script else (200, {})
+        return status, extra, 0.0
 
     def delivered(self) -> dict[str, str]:
         """Bodies answered 2xx, deduped by webhook-id, as a receiver would keep them."""
@@ -116,6 +131,7 @@ class Receiver:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._release.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

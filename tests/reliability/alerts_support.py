@@ -1,17 +1,15 @@
-"""Alert fault helpers: a webhook receiver on 127.0.0.1 whose every answer (a status,
-and how long it waits before answering) is decided per request by a plan, recording
-what it received; and the outbox counts a fault test compares with what arrived."""
+"""Alert fault helpers: the test webhook receiver with its every answer (a status, and
+how long it waits before answering) decided per request by a plan; and the outbox
+counts a fault test compares with what arrived."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from collector.store import Store
+from tests.alert_support import Receiver
 
 __all__ = ["Hit", "PlannedReceiver", "outbox_counts"]
 
@@ -29,68 +27,30 @@ class Hit:
 Plan = Callable[[str, int], tuple[int, float]]
 
 
-class PlannedReceiver:
-    """A real HTTP server on 127.0.0.1 (``port`` 0: a free one) answering each POST as
-    ``plan`` says. ``delivered()`` is what a receiver that dedupes by webhook-id keeps:
-    the ids answered 2xx. Use as a context manager; it stops on exit, also on failure."""
+class PlannedReceiver(Receiver):
+    """The test webhook receiver (``tests.alert_support.Receiver``: a real HTTP server
+    on 127.0.0.1, ``port`` 0: a free one) answering each POST as ``plan`` says, each
+    request recorded as a ``Hit`` too. ``delivered()`` is what a receiver that dedupes
+    by webhook-id keeps: the bodies answered 2xx, by id. Use as a context manager; it
+    stops on exit, also on failure, ending answers still held back."""
 
     def __init__(self, plan: Plan, *, port: int = 0) -> None:
+        super().__init__(port=port)
         self.hits: list[Hit] = []
         self._plan = plan
-        self._lock = threading.Lock()
         self._tries: dict[str, int] = {}
-        self._release = threading.Event()  # set on exit: held answers end at once
-        receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                status = receiver._answer(self.headers.get("webhook-id", ""))
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                except OSError:  # the sender gave up waiting and closed the connection
-                    pass
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    def _answer(self, webhook_id: str) -> int:
-        at = time.time()
-        with self._lock:
-            tries = self._tries.get(webhook_id, 0) + 1
-            self._tries[webhook_id] = tries
-            status, delay_s = self._plan(webhook_id, tries)
-            self.hits.append(Hit(at, webhook_id, tries, status, delay_s))
-        if delay_s > 0:
-            self._release.wait(delay_s)
-        return status
-
-    def delivered(self) -> set[str]:
-        with self._lock:
-            return {h.webhook_id for h in self.hits if 200 <= h.status < 300}
+    def _next_answer(self, headers: dict[str, str]) -> tuple[int, dict[str, str], float]:
+        webhook_id = headers.get("webhook-id", "")
+        tries = self._tries.get(webhook_id, 0) + 1
+        self._tries[webhook_id] = tries
+        status, delay_s = self._plan(webhook_id, tries)
+        self.hits.append(Hit(time.time(), webhook_id, tries, status, delay_s))
+        return status, {}, delay_s
 
     def requests(self) -> int:
         with self._lock:
             return len(self.hits)
-
-    def __enter__(self) -> PlannedReceiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._release.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
 
 def outbox_counts(store: Store, receiver: str | None = None) -> dict[str, int]:
