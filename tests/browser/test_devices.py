@@ -19,9 +19,10 @@ import pytest
 from collector.store import Store
 from dashboard import ids
 from dashboard.app import create_app
+from tests.nvml_support import GIB
+from tests.nvml_support import scenario as scenario_text
 
 REFRESH_S = 60.0
-GIB = 2**30
 
 # GPU 0 busy 12 % with one process at 9 % SM; GPU 1 in MIG mode (no utilisation
 # rates there), its two 3g instances at 85 % and 4 % SM activity (GPM).
@@ -70,7 +71,7 @@ def nvml_store(
     NVML, which keeps collecting while the test runs (the overview shows only fresh
     readings) and is stopped after it."""
     scenario = tmp_path / "scenario.txt"
-    scenario.write_text("".join(f"{k} = {v}\n" for k, v in SCENARIO.items()))
+    scenario.write_text(scenario_text(SCENARIO))
     url = f"sqlite:///{tmp_path}/nvml.db"
     env = {
         **os.environ,

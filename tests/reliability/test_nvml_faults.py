@@ -14,7 +14,6 @@ Triton target is collected all the same.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -25,15 +24,13 @@ import pytest
 
 from collector.store import Store
 from collector.store.rows import StoredDevice, TargetTransition
+from tests.nvml_support import GIB, UUID0, UUID1, scenario, write_scenario
 from tests.reliability.conftest import FaultLedger
 from tests.reliability.fault_server import FaultServer
 from tests.support import RunningCollector, running_collector, wait_until
 
 INTERVAL_S = 1.0
 PHASE_TIMEOUT_S = 8.0  # the longest wait for one phase to show in the store
-UUID0 = "GPU-11111111-0000-0000-0000-000000000000"
-UUID1 = "GPU-22222222-0000-0000-0000-000000000001"
-GIB = 1024**3
 GPU0: dict[str, object] = {
     "gpu.count": 1,
     "gpu.0.uuid": UUID0,
@@ -85,12 +82,7 @@ class Collector:
 
     def write(self, *parts: Mapping[str, object]) -> float:
         """Make the scenario ``parts`` (later wins), atomically; when it was made."""
-        merged: dict[str, object] = {}
-        for part in parts:
-            merged.update(part)
-        tmp = self.scenario.with_suffix(".tmp")
-        tmp.write_text("".join(f"{k} = {v}\n" for k, v in merged.items()))
-        os.replace(tmp, self.scenario)
+        write_scenario(self.scenario, scenario(*parts))
         return time.time()
 
     def devices(self, since: float) -> list[StoredDevice]:

@@ -21,16 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import sys
 from typing import Any
-
-
-def _write_scenario(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def main() -> int:
@@ -39,6 +31,7 @@ def main() -> int:
 
     from collector.errors import CollectError
     from collector.sources.nvml import NvmlSource
+    from tests.nvml_support import write_scenario
 
     fixed = plan.get("clock")
     kwargs: dict[str, Any] = {} if fixed is None else {"clock": lambda: float(fixed)}
@@ -46,7 +39,7 @@ def main() -> int:
     ticks = []
     for text in plan["ticks"]:
         if text is not None:
-            _write_scenario(plan["scenario_path"], text)
+            write_scenario(plan["scenario_path"], text)
         try:
             records = source.collect()
         except CollectError as exc:

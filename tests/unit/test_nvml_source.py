@@ -14,19 +14,16 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.nvml_support import GIB, UUID0, UUID1, scenario
+
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("nvml_runner.py")
-
-UUID0 = "GPU-11111111-0000-0000-0000-000000000000"
-UUID1 = "GPU-22222222-0000-0000-0000-000000000001"
-GIB = 1024**3
 
 # GPM metric ids, as the fake's scenario names them.
 SM_UTIL, SM_OCCUPANCY, ANY_TENSOR_UTIL = 2, 3, 5
@@ -54,14 +51,6 @@ BASE: dict[str, object] = {
     "gpu.1.power.limit_mw": 700_000,
     "gpu.1.clock.sm": 345,
 }
-
-
-def scenario(*parts: Mapping[str, object]) -> str:
-    """Merge mappings (later wins) into scenario text; a value of None drops the key."""
-    merged: dict[str, object] = {}
-    for part in parts:
-        merged.update(part)
-    return "".join(f"{k} = {v}\n" for k, v in merged.items() if v is not None)
 
 
 # --------------------------------------------------------------------------- harness
