@@ -43,6 +43,9 @@ __all__ = [
     "Endpoint",
     "LoadResult",
     "Services",
+    "callback_body",
+    "callback_outputs",
+    "callback_updates",
     "percentile",
     "render",
     "run_load",
@@ -138,21 +141,52 @@ class _Recorder:
 Prop = tuple[str, str]  # (component id, property)
 
 
+def callback_outputs(output: str) -> dict[str, Any] | list[dict[str, Any]]:
+    """Dash's ``outputs`` for a callback's output key as ``/_dash-dependencies`` names
+    it: one ``{"id", "property"}`` for ``id.prop``, a list of them for
+    ``..a.p...b.q..`` (several outputs); an id written as JSON (a pattern-matching id)
+    is decoded."""
+    multi = output.startswith("..") and output.endswith("..")
+    specs: list[dict[str, Any]] = []
+    for part in output[2:-2].split("...") if multi else [output]:
+        ident, _, prop = part.rpartition(".")
+        specs.append(
+            {"id": json.loads(ident) if ident.startswith("{") else ident, "property": prop}
+        )
+    return specs if multi else specs[0]
+
+
+def callback_body(
+    output: str,
+    inputs: Sequence[dict[str, Any]],
+    state: Sequence[dict[str, Any]] = (),
+    changed: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The JSON body Dash's renderer posts to ``/_dash-update-component`` for the
+    callback whose output key is ``output``: ``inputs`` and ``state`` as
+    ``{"id", "property", "value"}``, ``changed`` the ``id.prop`` that fired it."""
+    return {
+        "output": output,
+        "outputs": callback_outputs(output),
+        "inputs": list(inputs),
+        "state": list(state),
+        "changedPropIds": list(changed),
+    }
+
+
+def callback_updates(answer: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What a callback's 200 answer sets: component id -> {property: value}."""
+    updates: dict[str, dict[str, Any]] = answer["response"]
+    return updates
+
+
 @dataclass(frozen=True)
 class _Callback:
     output: str  # as /_dash-dependencies names it
     outputs: tuple[Prop, ...]
-    multi: bool
     inputs: tuple[Prop, ...]
     state: tuple[Prop, ...]
     prevent_initial_call: bool
-
-
-def _props(spec: str) -> tuple[tuple[Prop, ...], bool]:
-    """A dependency's output string: ``id.prop`` or ``..a.p...b.q..`` (several)."""
-    multi = spec.startswith("..") and spec.endswith("..")
-    parts = spec[2:-2].split("...") if multi else [spec]
-    return tuple(tuple(p.rsplit(".", 1)) for p in parts), multi  # type: ignore[misc]
 
 
 def _callbacks(dependencies: list[dict[str, Any]]) -> list[_Callback]:
@@ -166,12 +200,14 @@ def _callbacks(dependencies: list[dict[str, Any]]) -> list[_Callback]:
         state = [(s["id"], s["property"]) for s in d["state"]]
         if any(not isinstance(i, str) or i.startswith("{") for i, _ in inputs + state):
             continue
-        outputs, multi = _props(d["output"])
+        outputs = callback_outputs(d["output"])
         out.append(
             _Callback(
                 d["output"],
-                outputs,
-                multi,
+                tuple(
+                    (o["id"], o["property"])
+                    for o in (outputs if isinstance(outputs, list) else [outputs])
+                ),
                 tuple(inputs),
                 tuple(state),
                 bool(d.get("prevent_initial_call")),
@@ -261,14 +297,12 @@ class _Browser:
         def values(props: tuple[Prop, ...]) -> list[dict[str, Any]]:
             return [{"id": i, "property": p, "value": known.get((i, p))} for i, p in props]
 
-        outputs = [{"id": i, "property": p} for i, p in c.outputs]
-        body = {
-            "output": c.output,
-            "outputs": outputs if c.multi else outputs[0],
-            "inputs": values(c.inputs),
-            "state": values(c.state),
-            "changedPropIds": [f"{i}.{p}" for i, p in c.inputs if (i, p) in changed],
-        }
+        body = callback_body(
+            c.output,
+            values(c.inputs),
+            values(c.state),
+            [f"{i}.{p}" for i, p in c.inputs if (i, p) in changed],
+        )
         label = f"POST callback {c.outputs[0][0]}"
         response = self._rec.call(
             self.session,
@@ -280,7 +314,7 @@ class _Browser:
         )
         if response is None or response.status_code != 200:
             return  # 204: nothing to update
-        for cid, props in response.json().get("response", {}).items():
+        for cid, props in callback_updates(response.json()).items():
             for name, value in props.items():
                 known[(cid, name)] = value
                 changed.add((cid, name))

@@ -31,6 +31,7 @@ from urllib.parse import urlencode
 import pytest
 from dash import Dash
 
+from bench.load import callback_body
 from collector.cli import build_parser
 from collector.config import TargetSettings, UiSettings, load_settings, target_from_url
 from collector.errors import ConfigError
@@ -148,32 +149,26 @@ class RunningUi:
             for k, spec in self.app.callback_map.items()
             if any(i["id"] == Recs.APPLY_CONFIRM for i in spec["inputs"])
         )
-        outputs = []
-        for part in key.strip(".").split("..."):
-            component, prop = part.rsplit(".", 1)
-            outputs.append({"id": component, "property": prop})
         recs, error = DashboardQueries(self.store).recommendations()
         assert error is None and recs
-        return json.dumps(
-            {
-                "output": key,
-                "outputs": outputs,
-                "inputs": [{"id": Recs.APPLY_CONFIRM, "property": "submit_n_clicks", "value": 1}],
-                "state": [
-                    {
-                        "id": Recs.DATA,
-                        "property": "data",
-                        "value": {"recs": [to_json(r) for r in recs], "error": None},
-                    },
-                    {
-                        "id": Recs.QUERY,
-                        "property": "data",
-                        "value": {"target": self.target.name, "model": "m"},
-                    },
-                ],
-                "changedPropIds": [f"{Recs.APPLY_CONFIRM}.submit_n_clicks"],
-            }
-        ).encode()
+        body = callback_body(
+            key,
+            [{"id": Recs.APPLY_CONFIRM, "property": "submit_n_clicks", "value": 1}],
+            [
+                {
+                    "id": Recs.DATA,
+                    "property": "data",
+                    "value": {"recs": [to_json(r) for r in recs], "error": None},
+                },
+                {
+                    "id": Recs.QUERY,
+                    "property": "data",
+                    "value": {"target": self.target.name, "model": "m"},
+                },
+            ],
+            [f"{Recs.APPLY_CONFIRM}.submit_n_clicks"],
+        )
+        return json.dumps(body).encode()
 
     def apply(self, headers: dict[str, str] | None = None) -> Reply:
         return self.request(
@@ -381,7 +376,7 @@ def test_every_callback_needs_a_login_from_this_site(
         callbacks = json.loads(dependencies.text)
         assert len(callbacks) >= 20
         for spec in callbacks:
-            body = {"output": spec["output"], "inputs": [], "state": [], "changedPropIds": []}
+            body = callback_body(spec["output"], [])
             reply = ui.request(
                 "POST",
                 "/_dash-update-component",

@@ -28,6 +28,7 @@ import requests
 import yaml
 from sqlalchemy.engine import make_url
 
+from bench.load import callback_body
 from collector.cli import build_parser
 from collector.config import load_settings
 from collector.errors import ConfigError
@@ -271,19 +272,8 @@ def _settings_file(path: Path, db_url: str, dead_triton: str, hook: str, chat: s
 
 def _callback_requests(dependencies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A request body per Dash callback (and per page for those that read the path)."""
-
-    def spec(text: str) -> dict[str, Any]:
-        ident, _, prop = text.rpartition(".")
-        return {"id": json.loads(ident) if ident.startswith("{") else ident, "property": prop}
-
     bodies = []
     for dep in dependencies:
-        output = dep["output"]
-        outputs: Any = (
-            [spec(o) for o in output[2:-2].split("...")]
-            if output.startswith("..")
-            else spec(output)
-        )
         reads_path = any(i["property"] == "pathname" for i in dep["inputs"])
         for page in PAGES if reads_path else (None,):
 
@@ -292,15 +282,12 @@ def _callback_requests(dependencies: list[dict[str, Any]]) -> list[dict[str, Any
                 return {**item, "value": v}
 
             bodies.append(
-                {
-                    "output": output,
-                    "outputs": outputs,
-                    "inputs": [value(i) for i in dep["inputs"]],
-                    "state": [value(s) for s in dep.get("state", [])],
-                    "changedPropIds": [
-                        f"{_id_text(i['id'])}.{i['property']}" for i in dep["inputs"]
-                    ][:1],
-                }
+                callback_body(
+                    dep["output"],
+                    [value(i) for i in dep["inputs"]],
+                    [value(s) for s in dep.get("state", [])],
+                    [f"{_id_text(i['id'])}.{i['property']}" for i in dep["inputs"]][:1],
+                )
             )
     return bodies
 

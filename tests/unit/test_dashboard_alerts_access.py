@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from bench.load import callback_body, callback_updates
 from collector.config import UiSettings
 from collector.store import Store
 from collector.store.alerts import AlertState, NewNotification
@@ -65,25 +66,15 @@ def post_callback(
 ) -> Any:
     """Post one callback as the renderer would; the JSON answer (or the status code)."""
     key = _callback_key(client, input_id)
-    outputs = []
-    for part in key.strip(".").split("..."):
-        component, prop = part.rsplit(".", 1)
-        outputs.append({"id": component, "property": prop})
     response = client.post(
         "/_dash-update-component",
         headers=headers,
-        json={
-            "output": key,
-            "outputs": outputs,
-            "inputs": inputs,
-            "state": state,
-            "changedPropIds": [changed],
-        },
+        json=callback_body(key, inputs, state, [changed]),
     )
     if response.status_code == 204:  # no_update everywhere
         return {}
     assert response.status_code == 200, response.get_data(as_text=True)
-    return response.get_json()["response"]
+    return callback_updates(response.get_json())
 
 
 def add_silence(client: FlaskClient, headers: dict[str, str], **fields: Any) -> Any:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from bench.load import callback_body
 from collector.cli import build_parser
 from collector.records import (
     BatcherConfig,
@@ -546,16 +547,9 @@ def test_answers_round_trip_through_json(seeded: Store, store: Store) -> None:
 
 
 def _callback(client, output: str, inputs: list[dict], state: list[dict] | None = None):  # type: ignore[no-untyped-def]
-    component, prop = output.split(".")
+    changed = [f"{i['id']}.{i['property']}" for i in inputs]
     return client.post(
-        "/_dash-update-component",
-        json={
-            "output": output,
-            "outputs": {"id": component, "property": prop},
-            "inputs": inputs,
-            "state": state or [],
-            "changedPropIds": [f"{i['id']}.{i['property']}" for i in inputs],
-        },
+        "/_dash-update-component", json=callback_body(output, inputs, state or [], changed)
     )
 
 
