@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from collector.errors import BatchscopeError, ParseError
@@ -39,6 +38,7 @@ from collector.sources.triton_json import (
 )
 from collector.sources.triton_metrics import TritonMetricsParser, parse_metrics
 from tests.reliability.conftest import FaultLedger
+from tests.reliability.fuzz_support import FAST_EXAMPLES, LONG_EXAMPLES, run_property
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "triton"
 METRICS_PAGES = [(FIXTURES / n).read_bytes() for n in ("metrics_cpu.txt", "metrics_gpu.txt")]
@@ -54,11 +54,6 @@ CONFIG_DOCS = [
 ]
 METADATA_DOCS = [(FIXTURES / "server_metadata.json").read_bytes()]
 
-#: Examples per property inside ``make test`` and in the long run.
-FAST_EXAMPLES = 150
-# 5,000 each keeps make reliability near half an hour; the coverage-guided run
-# (atheris, below) is the deep search.
-LONG_EXAMPLES = 5_000
 
 # Nesting far past the interpreter's recursion limit: json's decoder recurses.
 DEEP_ARRAY = b"[" * 100_000 + b"]" * 100_000
@@ -304,24 +299,17 @@ PROPERTIES: list[tuple[str, st.SearchStrategy[Any], Callable[[Any], None], list[
 ]
 
 
-def _property(
-    strategy: st.SearchStrategy[Any],
-    check: Callable[[Any], None],
-    pinned: list[Any],
-    examples: int,
-) -> Callable[[], None]:
-    def run(value: Any) -> None:
-        check(value)
-
-    for value in pinned:
-        run = example(value)(run)
-    return settings(
-        max_examples=examples,
-        deadline=None,
-        derandomize=examples == FAST_EXAMPLES,  # the same inputs in every make test
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        database=None,
-    )(given(strategy)(run))
+def _run(name: str, examples: int, fault_ledger: FaultLedger) -> None:
+    _, strategy, check, pinned = next(p for p in PROPERTIES if p[0] == name)
+    run_property(
+        fault_ledger,
+        fault=f"{name} parser: {_DESCRIBE[name]}",
+        strategy=strategy,
+        check=check,
+        pinned=pinned,
+        examples=examples,
+        answers=f"records or batchscope's own errors, nothing else{_FIXED.get(name, '')}",
+    )
 
 
 @pytest.mark.parametrize("name", [p[0] for p in PROPERTIES])
@@ -333,22 +321,6 @@ def test_parsers_raise_only_their_own_errors(name: str, fault_ledger: FaultLedge
 @pytest.mark.parametrize("name", [p[0] for p in PROPERTIES])
 def test_parsers_raise_only_their_own_errors_long(name: str, fault_ledger: FaultLedger) -> None:
     _run(name, LONG_EXAMPLES, fault_ledger)
-
-
-def _run(name: str, examples: int, fault_ledger: FaultLedger) -> None:
-    _, strategy, check, pinned = next(p for p in PROPERTIES if p[0] == name)
-    started = time.monotonic()
-    _property(strategy, check, pinned, examples)()
-    fault_ledger.record(
-        area="bad input",
-        fault=f"{name} parser: {_DESCRIBE[name]}",
-        tries=examples + len(pinned),  # hypothesis runs at most max_examples
-        outcome=(
-            f"up to {examples} generated and {len(pinned)} pinned inputs in "
-            f"{time.monotonic() - started:.1f} s: records or batchscope's own errors, nothing else"
-            f"{_FIXED.get(name, '')}"
-        ),
-    )
 
 
 _DESCRIBE = {

@@ -12,22 +12,18 @@ runs at a moderate example count here and at a high one in the ``long`` test.
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from collector.config import Settings, load_settings
 from collector.errors import ConfigError
 from tests.reliability.conftest import FaultLedger
-
-FAST_EXAMPLES = 150
-LONG_EXAMPLES = 5_000  # as in test_parsers_fuzz: atheris is the deep search
+from tests.reliability.fuzz_support import FAST_EXAMPLES, LONG_EXAMPLES, run_property
 
 VALID_FILE = b"""\
 targets:
@@ -244,21 +240,17 @@ PROPERTIES: list[tuple[str, st.SearchStrategy[Any], Callable[[Any], None], list[
 ]
 
 
-def _property(
-    strategy: st.SearchStrategy[Any], check: Callable[[Any], None], pinned: list[Any], n: int
-) -> Callable[[], None]:
-    def run(value: Any) -> None:
-        check(value)
-
-    for value in pinned:
-        run = example(value)(run)
-    return settings(
-        max_examples=n,
-        deadline=None,
-        derandomize=n == FAST_EXAMPLES,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        database=None,
-    )(given(strategy)(run))
+def _run(name: str, examples: int, fault_ledger: FaultLedger) -> None:
+    _, strategy, check, pinned, describe = next(p for p in PROPERTIES if p[0] == name)
+    run_property(
+        fault_ledger,
+        fault=f"settings loader, {name}: {describe}",
+        strategy=strategy,
+        check=check,
+        pinned=pinned,
+        examples=examples,
+        answers=f"Settings or ConfigError naming the field, nothing else{_FIXED.get(name, '')}",
+    )
 
 
 @pytest.mark.parametrize("name", [p[0] for p in PROPERTIES])
@@ -272,22 +264,6 @@ def test_settings_loader_raises_only_config_errors_long(
     name: str, fault_ledger: FaultLedger
 ) -> None:
     _run(name, LONG_EXAMPLES, fault_ledger)
-
-
-def _run(name: str, examples: int, fault_ledger: FaultLedger) -> None:
-    _, strategy, check, pinned, describe = next(p for p in PROPERTIES if p[0] == name)
-    started = time.monotonic()
-    _property(strategy, check, pinned, examples)()
-    fault_ledger.record(
-        area="bad input",
-        fault=f"settings loader, {name}: {describe}",
-        tries=examples + len(pinned),  # hypothesis runs at most max_examples
-        outcome=(
-            f"up to {examples} generated and {len(pinned)} pinned inputs in "
-            f"{time.monotonic() - started:.1f} s: Settings or ConfigError naming the field, "
-            f"nothing else{_FIXED.get(name, '')}"
-        ),
-    )
 
 
 _FIXED = {
