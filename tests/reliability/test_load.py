@@ -57,26 +57,26 @@ def _figures(result: LoadResult) -> str:
     )
 
 
-def test_short_load_on_dashboard_and_metrics(tmp_path: Path, fault_ledger: FaultLedger) -> None:
-    result, seeded_s = _load(tmp_path, users=10, duration_s=10, step_s=1800)
+def _span(seconds: float) -> str:
+    return f"{seconds / 60:g} minutes" if seconds >= 120 else f"{seconds:g} s"
+
+
+@pytest.mark.parametrize(
+    ("users", "duration_s", "step_s"),
+    [
+        pytest.param(10, 10.0, 1800.0, id="10-users-10s"),
+        pytest.param(50, 120.0, 60.0, id="50-users-2min", marks=pytest.mark.long),
+    ],
+)
+def test_load_on_dashboard_and_metrics(
+    users: int, duration_s: float, step_s: float, tmp_path: Path, fault_ledger: FaultLedger
+) -> None:
+    result, seeded_s = _load(tmp_path, users=users, duration_s=duration_s, step_s=step_s)
     _check(result)
     fault_ledger.record(
         area="load",
-        fault="10 users for 10 s on every dashboard page and /metrics (a week of 20 models, "
-        "30-minute spacing)",
-        tries=result.total("requests"),
-        outcome=_figures(result) + f"; store seeded in {seeded_s:.1f} s",
-    )
-
-
-@pytest.mark.long
-def test_50_users_for_2_minutes(tmp_path: Path, fault_ledger: FaultLedger) -> None:
-    result, seeded_s = _load(tmp_path, users=50, duration_s=120, step_s=60)
-    _check(result)
-    fault_ledger.record(
-        area="load",
-        fault="50 users for 2 minutes on every dashboard page and /metrics (a week of 20 "
-        "models sampled every 60 s)",
+        fault=f"{users} users for {_span(duration_s)} on every dashboard page and /metrics "
+        f"(a week of 20 models sampled every {_span(step_s)})",
         tries=result.total("requests"),
         outcome=_figures(result) + f"; store seeded in {seeded_s:.1f} s",
     )
