@@ -7,6 +7,7 @@ between zero and 1.5 times the true rate, and so does the window across the jump
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -17,8 +18,8 @@ from collector.store import Store
 from collector.testbed.fleet_documents import BATCH_PROFILE, ModelLoad
 from tests.reliability import fault_server as fs
 from tests.reliability.conftest import FaultLedger
-from tests.reliability.test_target_faults import INTERVAL_S, _start_collect
-from tests.support import stop_process, wait_until
+from tests.reliability.test_target_faults import _settings
+from tests.support import running_collector, wait_until
 
 NAME = "flip"
 FLIPS = 5  # moves from one server to the other while flipping
@@ -42,36 +43,39 @@ def _series(store: Store) -> dict[tuple[str, str], list[ModelSample]]:
     return {k: sorted(v, key=lambda s: s.collected_at) for k, v in out.items()}
 
 
+def _moves(samples: list[ModelSample]) -> int:
+    """How often a series' request counter jumped (from one server to the other)."""
+    requests = [s.metrics.request_success for s in samples]
+    return sum(1 for a, b in zip(requests, requests[1:], strict=False) if abs(b - a) > 10_000)
+
+
 def test_counters_moving_between_two_servers_store_no_spike(
     tmp_path: Path, fault_ledger: FaultLedger
 ) -> None:
-    server = fs.FaultServer([NAME]).start()
-    store: Store | None = None
-    try:
+    db_url = f"sqlite:///{tmp_path / 'faults.db'}"
+    with contextlib.ExitStack() as cleanup:
+        server = cleanup.enter_context(fs.FaultServer([NAME]))
         target = {"name": NAME, "url": server.url(NAME), "metrics_url": server.metrics_url(NAME)}
-        proc, _log, db_url = _start_collect(tmp_path, [target])
-        try:
-            store = Store(db_url)
-            wait_until(
-                lambda: (
-                    bool(series := _series(store)) and all(len(v) >= 4 for v in series.values())
-                ),
-                30,
-                "four scrapes of each model",
-            )
-            flip_at = time.time()
-            server.set_fault(NAME, fs.FLIP)
-            time.sleep(FLIPS * fs.FLIP_S + INTERVAL_S)  # the flips themselves take this long
-            server.set_fault(NAME, fs.OK)
-            stop_process(proc, timeout_s=30)
-            assert proc.returncode == 0
-        finally:
-            stop_process(proc)
+        collect = cleanup.enter_context(
+            running_collector(tmp_path, settings=_settings(db_url, [target]))
+        )
+        store = cleanup.enter_context(contextlib.closing(Store(db_url)))
+        wait_until(
+            lambda: bool(series := _series(store)) and all(len(v) >= 4 for v in series.values()),
+            30,
+            "four scrapes of each model",
+        )
+        flip_at = time.time()
+        server.set_fault(NAME, fs.FLIP)
+        wait_until(
+            lambda: all(_moves(v) >= FLIPS for v in _series(store).values()),
+            2 * FLIPS * fs.FLIP_S + 10,
+            f"{FLIPS} moves of every series between the servers",
+            every_s=0.5,
+        )
+        server.set_fault(NAME, fs.OK)
+        assert collect.stop(timeout_s=30) == 0, collect.log()
         series = _series(store)
-    finally:
-        if store is not None:
-            store.close()
-        server.close()
 
     models = list(server.models)
     stored = moves = counted = breaks = 0
@@ -83,12 +87,7 @@ def test_counters_moving_between_two_servers_store_no_spike(
         # The true rate: both servers serve the same load.
         true = _true_requests_per_s(models.index(key[0]))
         assert true > 0
-        requests = [s.metrics.request_success for s in samples]
-        model_moves = sum(
-            1 for a, b in zip(requests, requests[1:], strict=False) if abs(b - a) > 10_000
-        )
-        assert model_moves >= FLIPS - 1, (key, requests)  # the counters did jump
-        moves += model_moves
+        moves += _moves(samples)  # at least FLIPS: waited for above
         for s in before + during:
             r = s.rates
             assert r is not None
