@@ -360,7 +360,7 @@ def test_each_source_keeps_its_interval_and_the_ticks_spread_over_it(tmp_path: P
     # be late, so single gaps get half an interval.
     steady = [times[1:] for times in by_source.values()]
     mean_gaps = [(t[-1] - t[0]) / (len(t) - 1) for t in steady]
-    assert all(abs(g - interval) < 0.02 for g in mean_gaps), sorted(mean_gaps)[:: 20]
+    assert all(abs(g - interval) < 0.02 for g in mean_gaps), sorted(mean_gaps)[::20]
     gaps = [b - a for times in steady for a, b in itertools.pairwise(times)]
     assert all(abs(g - interval) < interval / 2 for g in gaps), sorted(gaps)[:: len(gaps) // 10]
     # Staggered: where in the interval each source's steady ticks fall; no tenth of
