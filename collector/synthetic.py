@@ -101,11 +101,13 @@ def steady_load(
     seconds: float,
     step: float = 1.0,
     skip: tuple[float, float] | None = None,
+    server: records.ServerMetrics | None = None,
 ) -> None:
     """One scrape of every model in ``loads`` each ``step`` seconds from ``start`` for
     ``seconds`` (counters start at 0 at ``start``); no scrape inside ``skip``. Each
     sample after the first carries its per-scrape rates, as the collector stores them
-    (rollups average those)."""
+    (rollups average those); ``server``, when given, is each scrape's server-wide
+    reading."""
     ticks = int(seconds / step)
     previous: dict[str, records.ModelSample] = {}
     tracks: dict[str, CounterTrack] = {}  # as the collector keeps per series
@@ -136,6 +138,7 @@ def steady_load(
                 model_metrics=tuple(m for m, _ in parts),
                 model_stats=tuple(s for _, s in parts),
                 model_configs=tuple(load.config for load in loads),
+                server=server,
             ),
             rates,
         )

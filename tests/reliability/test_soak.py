@@ -6,6 +6,12 @@ sampled each minute (psutil); after the warm-up none of them grows: the slope of
 least-squares line through the samples stays under a bound, and the last sample is
 within a margin of the first one after warm-up.
 
+The store starts with ``HISTORY_S`` of synthetic history of the same target and models
+(one scrape a second, the host's readings of its processes alongside), so every window
+serve reads (the recommender's 15-minute look-back, the pages' default 15-minute range)
+is full from the first minute: a long-running serve's steady state. On an empty store
+those windows fill during the soak, and what each pass reads grows with them.
+
 The duration and the sampling interval are ``$BATCHSCOPE_SOAK_S`` (900) and
 ``$BATCHSCOPE_SOAK_SAMPLE_S`` (60), read when the module loads, so a short run
 (``BATCHSCOPE_SOAK_S=120 BATCHSCOPE_SOAK_SAMPLE_S=10``) shows it works.
@@ -21,6 +27,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
@@ -28,7 +35,9 @@ import yaml
 
 from bench.load import LoadResult as PageLoad
 from bench.load import run_load as view_pages
+from collector.records import ProcessSample, ServerMetrics
 from collector.store import Store
+from collector.synthetic import Load, model_config, steady_load
 from collector.testbed.load import LoadResult, run_load
 from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer
@@ -66,6 +75,10 @@ MODELS = (
         max_queue_delay_us=2000,
     ),
 )
+# Synthetic history written before serve starts: more than any window serve reads
+# (the recommender's look-back and the pages' default range are 15 minutes).
+HISTORY_S = 1200.0
+
 # (model, closed-loop clients or None, open-loop rate or None, seconds); repeated.
 PHASES: tuple[tuple[str | None, int | None, float | None, float], ...] = (
     ("solo", 8, None, 20.0),
@@ -103,6 +116,45 @@ def sample(process: psutil.Process, started: float) -> Sample:
         )
 
 
+def seed_history(db_url: str, target: str, *, seconds: float, end: float) -> None:
+    """``seconds`` of one scrape a second of ``MODELS`` on ``target`` up to ``end``,
+    with the server's readings and the host's readings of Triton and its stubs."""
+    loads = [
+        Load(
+            config=model_config(
+                spec.name,
+                batching=spec.dynamic_batching,
+                delay_us=spec.max_queue_delay_us or 0,
+                max_batch_size=spec.max_batch_size,
+            ),
+            qps=40.0,
+            request_ms=10.0,
+            queue_share=0.3 if spec.dynamic_batching else 0.6,
+            batch_mix={2: 0.5, 4: 0.5} if spec.dynamic_batching else {1: 1.0},
+            cost_ms=lambda b: 4.0 + 0.5 * b,
+        )
+        for spec in MODELS
+    ]
+    start = end - seconds
+    server = ServerMetrics(cpu_utilization=0.5, cpu_memory_used_bytes=1.3e9)
+    processes = [ProcessSample(source="host", pid=1, role="server", cpu_pct=3.0)] + [
+        ProcessSample(
+            source="host",
+            pid=2 + i,
+            role="stub",
+            model=spec.name,
+            instance_name=f"{spec.name}_0_0",
+            cpu_pct=5.0,
+            rss_bytes=47 * 2**20,
+        )
+        for i, spec in enumerate(MODELS)
+    ]
+    with Store(db_url) as store:
+        steady_load(store, loads, target=target, start=start, seconds=seconds, server=server)
+        for i in range(int(seconds) + 1):
+            store.write_processes(target, start + i, processes)
+
+
 @dataclass
 class Serve:
     process: subprocess.Popen[bytes]
@@ -120,6 +172,8 @@ def served(
     port = free_port()
     ui_url = f"http://127.0.0.1:{port}"
     db_url = f"sqlite:///{tmp_path / 'soak.db'}"
+    # serve names a Triton target by its address, as these rows do.
+    seed_history(db_url, urlsplit(server.http_url).netloc, seconds=HISTORY_S, end=time.time())
     with Receiver() as receiver:
         config = tmp_path / "batchscope.yml"
         settings = {
@@ -202,7 +256,10 @@ def test_serve_soak_has_no_growth(
     assert pages.total("status_5xx") == 0 and pages.total("no_answer") == 0
     with Store(serve.db_url) as store:
         latest = store.latest_collected_at()
+        targets = {t.name for t in store.targets() if t.kind == "triton"}
     assert latest is not None and time.time() - latest < 30, "collection stopped"
+    # serve went on with the seeded target, so its windows held the seeded history.
+    assert targets == {urlsplit(server.http_url).netloc}, targets
 
     warm = [s for s in samples if s.at >= WARMUP_S]
     assert len(warm) >= 3, samples
