@@ -109,20 +109,47 @@ SERVICE_GC_THRESHOLDS = (20_000, 50, 100)
 # reads leave cycles behind (SQLAlchemy statements, each a few KB): a full collection
 # once a minute, a few tens of ms, keeps them from piling up over days.
 FULL_COLLECTION_EVERY_S = 60.0
+# glibc's malloc gives each thread that allocates an arena of its own (up to 8 per
+# core); a service's pool, server and job threads then each keep a fragmented heap,
+# and RSS crept up about 1.5 MiB a minute in a 15-minute soak of serve while Python's
+# live memory (tracemalloc) stayed flat. Two arenas, as MALLOC_ARENA_MAX=2 gives
+# (unless that variable is set), and the free pages handed back to the system after
+# each full collection.
+SERVICE_MALLOC_ARENAS = 2
+_M_ARENA_MAX = -8  # from <malloc.h>
 _sweeper: threading.Thread | None = None
+
+
+def _find_glibc_malloc() -> tuple[Callable[..., int], Callable[..., int]] | None:
+    """glibc's ``mallopt`` and ``malloc_trim``; None on another C library."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        return libc.mallopt, libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_GLIBC_MALLOC = _find_glibc_malloc()
 
 
 def _collect_fully_forever() -> None:
     while True:
         time.sleep(FULL_COLLECTION_EVERY_S)
         gc.collect()
+        if _GLIBC_MALLOC is not None:
+            _GLIBC_MALLOC[1](0)
 
 
 def tune_gc_for_service() -> None:
     """Collect cyclic garbage rarely, as a long-running collector or server should,
-    and all of it once a minute (a daemon thread)."""
+    and all of it once a minute (a daemon thread), handing freed memory back; cap
+    glibc's malloc arenas (before the service's threads start)."""
     global _sweeper
     gc.set_threshold(*SERVICE_GC_THRESHOLDS)
+    if _GLIBC_MALLOC is not None and "MALLOC_ARENA_MAX" not in os.environ:
+        _GLIBC_MALLOC[0](_M_ARENA_MAX, SERVICE_MALLOC_ARENAS)
     if _sweeper is None:
         _sweeper = threading.Thread(target=_collect_fully_forever, name="gc-sweep", daemon=True)
         _sweeper.start()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
-from collector.process_control import SERVICE_GC_THRESHOLDS
+import pytest
+
+from collector.process_control import SERVICE_GC_THRESHOLDS, SERVICE_MALLOC_ARENAS
 
 
 def test_a_batchscope_command_runs_with_the_service_gc_thresholds() -> None:
@@ -40,3 +44,49 @@ def test_the_oldest_generation_is_collected_fully_once_in_a_while() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert int(out.stdout) >= 2
+
+
+_ARENA_COUNT = """
+import ctypes, os, sys, threading
+from collector import process_control
+if sys.argv[1] == "tuned":
+    process_control.tune_gc_for_service()
+started = threading.Barrier(9)
+done = threading.Event()
+def work():
+    kept = [bytearray(50_000) for _ in range(20)]  # from the thread's malloc arena
+    started.wait()
+    done.wait()
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads:
+    t.start()
+started.wait()
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+stream = libc.fopen(sys.argv[2].encode(), b"w")
+libc.malloc_info(0, ctypes.c_void_p(stream))
+libc.fclose(ctypes.c_void_p(stream))
+done.set()
+for t in threads:
+    t.join()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc arenas")
+def test_a_service_keeps_two_malloc_arenas_however_many_threads_allocate(
+    tmp_path: Path,
+) -> None:
+    # In child processes (the cap is process-wide and set before threads allocate):
+    # 8 threads allocating get arenas of their own untuned, and share 2 when tuned.
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    heaps = {}
+    for mode in ("untuned", "tuned"):
+        info = tmp_path / f"{mode}.xml"
+        subprocess.run(
+            [sys.executable, "-c", _ARENA_COUNT, mode, str(info)],
+            env=env,
+            timeout=60,
+            check=True,
+        )
+        heaps[mode] = info.read_text().count("<heap nr=")
+    assert heaps["tuned"] <= SERVICE_MALLOC_ARENAS < heaps["untuned"], heaps
