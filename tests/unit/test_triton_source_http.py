@@ -429,7 +429,9 @@ def test_slow_drip_body_hits_the_total_deadline(
     with pytest.raises(TargetTimeout) as caught:
         impatient_source.collect()
     elapsed = time.monotonic() - started
-    assert elapsed < TIMEOUT_S + 0.5
+    # Far below the 8 s the drip would take; the margin is for a busy machine (0.81 s
+    # was seen with a 0.3 s deadline).
+    assert elapsed < TIMEOUT_S + 2.0
     assert "/v2/models/stats" in str(caught.value)
 
 
