@@ -4,7 +4,6 @@ the load generator drives two models; then Triton is killed and restarted under 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from collector.store import Store
 from collector.testbed.load import run_load
 from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import TritonServer
-from tests.support import stop_process, wait_until
+from tests.support import running_collector, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -37,42 +36,14 @@ def collector_run(
     server: TritonServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
-    db_path = tmp_path_factory.mktemp("collect") / "bs.db"
-    db_url = f"sqlite:///{db_path}"
-    log_path = db_path.with_suffix(".log")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
-    env["BATCHSCOPE_BACKOFF_MAX_S"] = "1"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "collector.cli",
-                "collect",
-                "--triton",
-                server.http_url,
-                "--metrics-url",
-                server.metrics_url,
-                "--db",
-                db_url,
-                "--interval",
-                str(INTERVAL_S),
-                "--duration",
-                "600",
-                "--sources",
-                "triton,nvml,host",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    store = Store(db_url)
-    try:
+    workdir = tmp_path_factory.mktemp("collect")
+    db_url = f"sqlite:///{workdir / 'bs.db'}"
+    args = ["--triton", server.http_url, "--metrics-url", server.metrics_url, "--db", db_url]
+    args += ["--interval", str(INTERVAL_S), "--duration", "600", "--sources", "triton,nvml,host"]
+    env = {"BATCHSCOPE_BACKOFF_MAX_S": "1"}
+    with running_collector(workdir, args=args, env=env) as collector, Store(db_url) as store:
         wait_until(lambda: store.latest_collected_at() is not None, 30, "the first scrape")
-        yield proc, db_url, log_path
-    finally:
-        store.close()
-        stop_process(proc)
+        yield collector.proc, db_url, collector.log_path
 
 
 @pytest.fixture(scope="module")
