@@ -30,18 +30,19 @@ __all__ = ["die_with_parent", "stop_on_signals"]
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-def _find_prctl() -> Callable[..., int] | None:
-    """The C library's ``prctl``, looked up now: the child must not load anything."""
+def _libc_function(name: str) -> Callable[..., int] | None:
+    """The C library's function ``name``, looked up now (a forked child must not load
+    anything); None off Linux or where this C library lacks it."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        function: Callable[..., int] = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    return prctl
+    return function
 
 
-_PRCTL = _find_prctl()
+_PRCTL = _libc_function("prctl")
 
 
 def die_with_parent() -> Callable[[], None] | None:
@@ -120,26 +121,17 @@ _M_ARENA_MAX = -8  # from <malloc.h>
 _sweeper: threading.Thread | None = None
 
 
-def _find_glibc_malloc() -> tuple[Callable[..., int], Callable[..., int]] | None:
-    """glibc's ``mallopt`` and ``malloc_trim``; None on another C library."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        return libc.mallopt, libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-_GLIBC_MALLOC = _find_glibc_malloc()
+# glibc's; None on another C library.
+_MALLOPT = _libc_function("mallopt")
+_MALLOC_TRIM = _libc_function("malloc_trim")
 
 
 def _collect_fully_forever() -> None:
     while True:
         time.sleep(FULL_COLLECTION_EVERY_S)
         gc.collect()
-        if _GLIBC_MALLOC is not None:
-            _GLIBC_MALLOC[1](0)
+        if _MALLOC_TRIM is not None:
+            _MALLOC_TRIM(0)
 
 
 def tune_gc_for_service() -> None:
@@ -148,8 +140,8 @@ def tune_gc_for_service() -> None:
     glibc's malloc arenas (before the service's threads start)."""
     global _sweeper
     gc.set_threshold(*SERVICE_GC_THRESHOLDS)
-    if _GLIBC_MALLOC is not None and "MALLOC_ARENA_MAX" not in os.environ:
-        _GLIBC_MALLOC[0](_M_ARENA_MAX, SERVICE_MALLOC_ARENAS)
+    if _MALLOPT is not None and "MALLOC_ARENA_MAX" not in os.environ:
+        _MALLOPT(_M_ARENA_MAX, SERVICE_MALLOC_ARENAS)
     if _sweeper is None:
         _sweeper = threading.Thread(target=_collect_fully_forever, name="gc-sweep", daemon=True)
         _sweeper.start()

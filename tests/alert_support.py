@@ -20,7 +20,7 @@ import requests
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from collector.store import Store
-from tests.support import free_port, wait_until
+from tests.support import free_port, stop_process, wait_until
 
 __all__ = [
     "ALERTMANAGER",
@@ -224,13 +224,8 @@ class Alertmanager:
 
     def stop(self) -> None:
         """SIGTERM, killed after 10 s; nothing when it is not running."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        if self.process is not None:
+            stop_process(self.process, timeout_s=10)
         self.process = None
 
     def __enter__(self) -> Alertmanager:

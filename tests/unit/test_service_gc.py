@@ -47,7 +47,7 @@ def test_the_oldest_generation_is_collected_fully_once_in_a_while() -> None:
 
 
 _ARENA_COUNT = """
-import ctypes, os, sys, threading
+import ctypes, sys, threading
 from collector import process_control
 if sys.argv[1] == "tuned":
     process_control.tune_gc_for_service()
