@@ -12,6 +12,7 @@ ratios), ``""`` for a label that does not apply (``model`` of a device finding,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client.core import (
@@ -27,8 +28,11 @@ from collector.analysis.health import HealthState, scrape_decides
 from collector.analysis.recommend import recommendation_figures
 from collector.exporter.families import FAMILIES, Family, Kind, family
 from collector.exporter.snapshot import ExporterSnapshot
+from collector.store.buffer import BufferCounts
 
 __all__ = ["SnapshotCollector", "snapshot_families"]
+
+log = logging.getLogger("batchscope.exporter")
 
 _Labels = tuple[str, ...]
 
@@ -243,21 +247,66 @@ _GROUPS: tuple[Callable[[ExporterSnapshot, _Families], None], ...] = (
 )
 
 
-def snapshot_families(snap: ExporterSnapshot) -> Iterator[Metric]:
-    """Every family of ``FAMILIES`` with the samples ``snap`` holds."""
+def _store_writes(counts: BufferCounts, out: _Families) -> None:
+    out.add("batchscope_store_up", (), 0.0 if counts.out_since is not None else 1.0)
+    out.add("batchscope_store_writes_held", (), counts.held)
+    out.add("batchscope_store_writes_held_bytes", (), counts.held_bytes)
+    out.add("batchscope_store_writes_lost_total", ("dropped",), counts.dropped)
+    out.add("batchscope_store_writes_lost_total", ("rejected",), counts.rejected)
+    out.add("batchscope_store_outages_total", (), counts.outages)
+
+
+def snapshot_families(
+    snap: ExporterSnapshot | None,
+    store_writes: BufferCounts | None = None,
+    *,
+    version: str = "",
+) -> Iterator[Metric]:
+    """Every family of ``FAMILIES`` with the samples ``snap`` holds (none of the store's
+    when it is None) and what this process's write buffer did (``store_writes``)."""
     out = _Families()
-    for group in _GROUPS:
-        group(snap, out)
-    out.add("batchscope_build_info", (snap.version,), 1.0)
+    if snap is not None:
+        for group in _GROUPS:
+            group(snap, out)
+        version = snap.version
+    if store_writes is not None:
+        _store_writes(store_writes, out)
+    out.add("batchscope_build_info", (version,), 1.0)
     yield from out.metrics()
 
 
 class SnapshotCollector(Collector):
     """A collector whose every scrape reads one snapshot from ``take`` (one read of the
-    store, so all families of a scrape agree)."""
+    store, so all families of a scrape agree) and the write buffer's counts from
+    ``store_writes``.
 
-    def __init__(self, take: Callable[[], ExporterSnapshot]) -> None:
+    While the buffer says the store is out, a snapshot that cannot be read is left out
+    and the scrape still says so (``batchscope_store_up`` 0, the writes held): an
+    outage is when Prometheus most needs those. Any other failure fails the scrape."""
+
+    def __init__(
+        self,
+        take: Callable[[], ExporterSnapshot],
+        *,
+        store_writes: Callable[[], BufferCounts] | None = None,
+        version: str = "",
+    ) -> None:
         self._take = take
+        self._store_writes = store_writes
+        self._version = version
+        self._told_outage = False  # said once per outage, not once per scrape
 
     def collect(self) -> Iterable[Metric]:
-        return snapshot_families(self._take())
+        try:
+            snap: ExporterSnapshot | None = self._take()
+        except Exception as exc:
+            counts = self._store_writes() if self._store_writes is not None else None
+            if counts is None or counts.out_since is None:
+                raise
+            if not self._told_outage:
+                self._told_outage = True
+                log.warning("store out: /metrics serves the store's own families only: %s", exc)
+            return snapshot_families(None, counts, version=self._version)
+        self._told_outage = False
+        counts = self._store_writes() if self._store_writes is not None else None
+        return snapshot_families(snap, counts, version=self._version)

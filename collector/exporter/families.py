@@ -233,6 +233,40 @@ FAMILIES: tuple[Family, ...] = (
         "dead, gone); finished ones are kept for alerts.keep_s.",
         ("receiver", "state"),
     ),
+    # ------------------------------------------------ the store, from this process
+    Family(
+        "batchscope_store_up",
+        Kind.GAUGE,
+        "1 while the store takes this process's writes; 0 while it cannot and writes "
+        "are held in memory.",
+        (),
+    ),
+    Family(
+        "batchscope_store_writes_held",
+        Kind.GAUGE,
+        "Writes held in memory because the store could not take them (0 when none).",
+        (),
+    ),
+    Family(
+        "batchscope_store_writes_held_bytes",
+        Kind.GAUGE,
+        "Estimated size of the writes held in memory.",
+        (),
+    ),
+    Family(
+        "batchscope_store_writes_lost_total",
+        Kind.COUNTER,
+        "Writes that never reached the store since this process started: dropped as "
+        "the oldest over the buffer's bound (reason=dropped) or refused by the store "
+        "for good (reason=rejected).",
+        ("reason",),
+    ),
+    Family(
+        "batchscope_store_outages_total",
+        Kind.COUNTER,
+        "Times the store stopped taking this process's writes since it started.",
+        (),
+    ),
     Family(
         "batchscope_build_info",
         Kind.INFO,

@@ -90,7 +90,13 @@ class Exporter:
         # one describe this Python process, which Prometheus's own `up` and the
         # node's exporter already cover; they would only add series to every scrape.
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(self.keeper.current))
+        self.registry.register(
+            SnapshotCollector(
+                self.keeper.current,
+                store_writes=self.collector.store_buffer,
+                version=self.version,
+            )
+        )
         self._host, self._port, self._threads = host, port, threads
         self._server: BackgroundWsgiServer | None = None
         self._keeper_thread: threading.Thread | None = None

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
@@ -31,6 +33,7 @@ from sqlalchemy.pool import NullPool
 
 from collector.config import load_settings
 from collector.errors import ConfigError
+from collector.exporter.service import Exporter
 from collector.scheduler import CollectorService
 from collector.store import Store, StoreOutage
 from collector.store.buffer import BufferCounts, WriteBuffer, payload_bytes
@@ -43,7 +46,7 @@ from tests.reliability.store_support import (
     stored_scrapes,
     wait_for_process_line,
 )
-from tests.support import wait_until
+from tests.support import free_port, wait_until
 
 # Holds the write lock of the SQLite file argv[1] until a line comes on stdin.
 _LOCK_HOLDER = """
@@ -160,6 +163,84 @@ def test_sqlite_locked_by_another_writer(
         f"released, in order; {during} scrapes of the locked window and {made}/{made} of "
         f"the run in the store; {len(before.sample_ids)} rows committed before all kept",
         lost="nothing",
+    )
+
+
+def _exported(url: str) -> dict[str, float]:
+    """The exporter's store families, by name (and the lost counter by reason)."""
+    text = requests.get(url + "metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("batchscope_store_"):
+                out[sample.name + sample.labels.get("reason", "")] = sample.value
+    return out
+
+
+def test_the_exporter_shows_a_locked_store_on_metrics(
+    tmp_path: Path, fault_ledger: FaultLedger
+) -> None:
+    """The exporter sidecar over a store another process locks: Prometheus sees the
+    outage and the writes held, while the lock lasts, and the store back after."""
+    db = tmp_path / "store.db"
+    url = f"sqlite:///{db}?timeout=0.3"
+    with Fleet(2, 2, tick_s=0.1) as fleet:
+        exporter = Exporter(
+            settings_for(fleet, url, store_buffer_max_writes=4),
+            host="127.0.0.1",
+            port=free_port(),
+        )
+        with exporter:
+            wait_until(lambda: len(stored_scrapes(url).scrapes) >= 4, _WAIT_S, "first scrapes")
+            assert _exported(exporter.url)["batchscope_store_up"] == 1.0
+            holder = subprocess.Popen(
+                [sys.executable, "-c", _LOCK_HOLDER, str(db)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                wait_for_process_line(holder, "locked", _WAIT_S)
+                wait_until(
+                    lambda: (
+                        _exported(exporter.url)["batchscope_store_writes_lost_totaldropped"] > 0
+                    ),
+                    _WAIT_S,
+                    "writes dropped over the bound of 4",
+                )
+                during = _exported(exporter.url)
+                assert holder.stdin is not None
+                holder.stdin.write("\n")
+                holder.stdin.close()
+                assert holder.wait(timeout=_WAIT_S) == 0
+            finally:
+                if holder.poll() is None:
+                    holder.kill()
+                    holder.wait()
+            wait_until(
+                lambda: _exported(exporter.url)["batchscope_store_up"] == 1.0,
+                _WAIT_S,
+                "the store back",
+            )
+            after = _exported(exporter.url)
+            counts = exporter.collector.store_buffer()
+    assert during["batchscope_store_up"] == 0.0
+    assert 1 <= during["batchscope_store_writes_held"] <= 4
+    assert during["batchscope_store_writes_held_bytes"] > 0
+    assert during["batchscope_store_outages_total"] == 1.0
+    assert after["batchscope_store_writes_held"] == 0.0
+    assert after["batchscope_store_outages_total"] == 1.0
+    assert after["batchscope_store_writes_lost_totaldropped"] == counts.dropped > 0
+    assert after["batchscope_store_writes_lost_totalrejected"] == 0.0
+    fault_ledger.record(
+        area="store",
+        fault="SQLite locked by another process under the exporter sidecar (buffer bound 4 writes)",
+        tries=1,
+        outcome=f"/metrics said batchscope_store_up 0 with "
+        f"{during['batchscope_store_writes_held']:.0f} writes held while locked, then 1 with 0 "
+        f"held; batchscope_store_writes_lost_total{{reason=dropped}} "
+        f"{after['batchscope_store_writes_lost_totaldropped']:.0f}, as the buffer counted",
+        lost=f"{counts.dropped} writes over the bound, counted on /metrics",
     )
 
 

@@ -6,6 +6,7 @@ now), and an exposition that ``promtool check metrics`` passes."""
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,6 +20,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from sqlalchemy.exc import OperationalError
 
 from alerts.engine import evaluate_alerts
 from collector import records
@@ -27,9 +29,11 @@ from collector.analysis.status import build_status
 from collector.config import AlertSettings, Settings
 from collector.exporter.collectors import SnapshotCollector
 from collector.exporter.families import FAMILIES, Kind
-from collector.exporter.snapshot import take_snapshot
+from collector.exporter.snapshot import ExporterSnapshot, take_snapshot
 from collector.store import Store
+from collector.store.buffer import WriteBuffer
 from collector.synthetic import Load, model_config, scrape_ok, steady_load, store_recommendation
+from tests.support import wait_until
 
 T0 = 1_700_000_000.0
 TARGET = "triton-a"
@@ -162,7 +166,10 @@ def _seed_host(s: Store) -> None:
 def _exposition(store: Store, now: float = NOW, *, openmetrics: bool = False) -> str:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
-        SnapshotCollector(lambda: take_snapshot(store, window_s=WINDOW_S, now=now, version="t"))
+        SnapshotCollector(
+            lambda: take_snapshot(store, window_s=WINDOW_S, now=now, version="t"),
+            store_writes=WriteBuffer(max_writes=10, max_bytes=10_000).counts,
+        )
     )
     generate = generate_openmetrics if openmetrics else generate_latest
     return generate(registry).decode()
@@ -387,3 +394,95 @@ def test_latest_recommendations_reads_one_per_model(
         assert [r.id for r in latest] == [by_model["a"].id, by_model["b"].id]
     finally:
         s.close()
+
+
+# ----------------------------------------------------------- the store's own families
+
+_LOCKER = "CREATE TABLE IF NOT EXISTS t (x INTEGER)"
+
+
+def _write_one(db: Path) -> None:
+    """One real write to ``db``, failing at once (no busy wait) while it is locked."""
+    conn = sqlite3.connect(db, timeout=0.0, isolation_level=None)
+    try:
+        conn.execute("INSERT INTO t VALUES (1)")
+    except sqlite3.OperationalError as exc:  # as SQLAlchemy raises it to the buffer
+        raise OperationalError("INSERT", None, exc) from exc
+    finally:
+        conn.close()
+
+
+def _read_store(db: Path) -> ExporterSnapshot:
+    """A snapshot that needs the store: reading ``db`` fails while it is locked."""
+    conn = sqlite3.connect(db, timeout=0.0)
+    try:
+        conn.execute("SELECT count(*) FROM t").fetchone()
+    except sqlite3.OperationalError as exc:
+        raise OperationalError("SELECT", None, exc) from exc
+    finally:
+        conn.close()
+    raise AssertionError("the store was expected to be locked")
+
+
+def test_while_the_store_is_out_metrics_says_so_and_counts_what_was_lost(
+    store: Store, tmp_path: Path
+) -> None:
+    """SQLite locked by another connection (its rollback journal: readers wait too):
+    the buffer holds writes up to its bound and drops the oldest; /metrics serves the
+    store's families alone, then the counts once the store is back."""
+    db = tmp_path / "out.db"
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute(_LOCKER)
+    buffer = WriteBuffer(max_writes=3, max_bytes=1_000_000, retry_s=0.05, retry_max_s=0.1)
+    buffer.start()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        SnapshotCollector(lambda: _read_store(db), store_writes=buffer.counts, version="t")
+    )
+    try:
+        other.execute("BEGIN EXCLUSIVE")
+        for _ in range(5):
+            buffer.submit(lambda: _write_one(db), what="a row", size=lambda: 100)
+        out = _samples(generate_latest(registry).decode())
+        assert _value(out, "batchscope_store_up") == 0.0
+        assert _value(out, "batchscope_store_writes_held") == 3.0
+        assert _value(out, "batchscope_store_writes_held_bytes") == 300.0
+        assert _value(out, "batchscope_store_writes_lost_total", reason="dropped") == 2.0
+        assert _value(out, "batchscope_store_writes_lost_total", reason="rejected") == 0.0
+        assert _value(out, "batchscope_store_outages_total") == 1.0
+        assert _value(out, "batchscope_build_info", version="t") == 1.0
+        assert "batchscope_source_up" not in out  # the store could not be read
+        other.execute("COMMIT")
+        wait_until(lambda: buffer.counts().held == 0, 10, "the held writes written")
+    finally:
+        buffer.stop(5.0)
+        other.close()
+    # The store back: the snapshot's families and the counts since start, side by side.
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        SnapshotCollector(
+            lambda: take_snapshot(store, window_s=WINDOW_S, now=NOW), store_writes=buffer.counts
+        )
+    )
+    out = _samples(generate_latest(registry).decode())
+    assert "batchscope_source_up" in out
+    assert _value(out, "batchscope_store_up") == 1.0
+    assert _value(out, "batchscope_store_writes_held") == 0.0
+    assert _value(out, "batchscope_store_writes_lost_total", reason="dropped") == 2.0
+    assert _value(out, "batchscope_store_outages_total") == 1.0
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM t").fetchone() == (3,)
+
+
+def test_a_snapshot_that_fails_while_the_store_takes_writes_fails_the_scrape(
+    tmp_path: Path,
+) -> None:
+    """Only a store outage explains a missing snapshot; anything else is not hidden."""
+
+    def broken() -> ExporterSnapshot:
+        raise RuntimeError("a bug in the snapshot")
+
+    buffer = WriteBuffer(max_writes=3, max_bytes=1_000_000)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(broken, store_writes=buffer.counts))
+    with pytest.raises(RuntimeError, match="a bug in the snapshot"):
+        generate_latest(registry)
