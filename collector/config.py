@@ -97,6 +97,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -290,9 +291,10 @@ class UiSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    admin_password: str | None = Field(default=None, repr=False, min_length=1)
-    viewer_password: str | None = Field(default=None, repr=False, min_length=1)
-    secret_key: str | None = Field(default=None, repr=False, min_length=1)
+    # SecretStr: printed, dumped or put in an error, each shows as '**********'.
+    admin_password: SecretStr | None = Field(default=None, repr=False, min_length=1)
+    viewer_password: SecretStr | None = Field(default=None, repr=False, min_length=1)
+    secret_key: SecretStr | None = Field(default=None, repr=False, min_length=1)
     # The before/after windows of an Apply from the UI; None: those of ``apply``.
     apply_verify_s: Annotated[Seconds | None, BeforeValidator(_none_words)] = None
     # More names the UI answers to (a reverse proxy's), besides its loopback names;
@@ -314,8 +316,9 @@ class UiSettings(BaseModel):
 
     @field_validator("viewer_password")
     @classmethod
-    def _differs_from_admin(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value and value == info.data.get("admin_password"):
+    def _differs_from_admin(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        admin = info.data.get("admin_password")
+        if value and admin and value.get_secret_value() == admin.get_secret_value():
             raise ValueError("must differ from ui.admin_password")
         return value
 

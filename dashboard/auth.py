@@ -49,6 +49,7 @@ from urllib.parse import urlencode, urlsplit
 import flask
 from flask.sessions import SecureCookieSessionInterface
 from flask.typing import ResponseReturnValue
+from pydantic import SecretStr
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from collector.config import UiSettings
@@ -231,10 +232,10 @@ class LoginLimiter:
         return failures
 
 
-def _matches(given: bytes, password: str | None) -> bool:
+def _matches(given: bytes, password: SecretStr | None) -> bool:
     if not password:
         return False
-    return hmac.compare_digest(given, password.encode())
+    return hmac.compare_digest(given, password.get_secret_value().encode())
 
 
 def _role_for(password: str, ui: UiSettings) -> str | None:
@@ -327,7 +328,7 @@ def install_access(
     """Put the Host and cross-site checks, the login gate, ``/login``, ``/logout``
     and the security headers on the Flask ``server``. ``host`` is the bind address;
     ``inline_script_hashes`` gives the CSP hashes of the page's inline scripts."""
-    server.secret_key = ui.secret_key or secrets.token_hex(32)
+    server.secret_key = ui.secret_key.get_secret_value() if ui.secret_key else secrets.token_hex(32)
     server.session_interface = _SessionCookies()
     server.config.update(
         SESSION_COOKIE_HTTPONLY=True,

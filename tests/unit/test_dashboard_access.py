@@ -95,9 +95,19 @@ def test_ui_settings_are_validated_and_read_from_the_environment() -> None:
     settings = load_settings(
         env={"BATCHSCOPE_UI_ADMIN_PASSWORD": "x1", "BATCHSCOPE_UI_APPLY_VERIFY_S": "5"}
     )
-    assert settings.ui.admin_password == "x1" and settings.ui.login_required
+    assert settings.ui.admin_password is not None
+    assert settings.ui.admin_password.get_secret_value() == "x1" and settings.ui.login_required
     assert settings.ui.apply_verify_s == 5.0
     assert "x1" not in repr(settings)
+    # Printed, dumped to Python or JSON: the passwords and the session key are masked.
+    ui = load_settings(
+        overrides={
+            "ui": {"admin_password": "a-pw-1", "viewer_password": "v-pw-2", "secret_key": "k-3"}
+        }
+    ).ui
+    shown = [str(ui), repr(ui), str(ui.model_dump()), ui.model_dump_json(), str(vars(ui))]
+    for text in shown:
+        assert not any(secret in text for secret in ("a-pw-1", "v-pw-2", "k-3")), text
     with pytest.raises(ConfigError, match=r"ui\.apply_verify_s"):
         load_settings(env={"BATCHSCOPE_UI_APPLY_VERIFY_S": "-1"})
     with pytest.raises(ConfigError, match=r"ui\.viewer_password"):
