@@ -13,6 +13,7 @@ again; the test ends only once the server accepts connections again.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -20,7 +21,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,32 @@ conn.execute("COMMIT")
 """
 _HOLD_S = 3.0  # how long the other writer keeps the lock
 _WAIT_S = 30.0  # the bound of every wait for the collector
+
+
+@contextlib.contextmanager
+def _write_locked(db: Path) -> Iterator[Callable[[], None]]:
+    """``db``'s write lock held by another process (``BEGIN EXCLUSIVE``) from entry
+    until the ``release()`` this yields is called; never left held on the way out."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _LOCK_HOLDER, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def release() -> None:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        assert holder.wait(timeout=_WAIT_S) == 0
+
+    try:
+        wait_for_process_line(holder, "locked", _WAIT_S)
+        yield release
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
 
 
 def _made(service: CollectorService) -> int:
@@ -118,27 +145,13 @@ def test_sqlite_locked_by_another_writer(
     with Fleet(3, 2, tick_s=0.1) as fleet, fleet_collector(settings_for(fleet, url)) as service:
         wait_until(lambda: len(stored_scrapes(url).scrapes) >= 6, _WAIT_S, "first scrapes")
         before = stored_scrapes(url)
-        holder = subprocess.Popen(
-            [sys.executable, "-c", _LOCK_HOLDER, str(db)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            wait_for_process_line(holder, "locked", _WAIT_S)
+        with _write_locked(db) as release:
             locked_at = time.time()
             wait_until(lambda: _held_now(service).held > 0, _WAIT_S, "a write held")
             time.sleep(max(0.0, locked_at + _HOLD_S - time.time()))  # the lock's length
             peak = service.store_buffer()
-            assert holder.stdin is not None
-            holder.stdin.write("\n")
-            holder.stdin.close()
-            assert holder.wait(timeout=_WAIT_S) == 0
+            release()
             released_at = time.time()
-        finally:
-            if holder.poll() is None:
-                holder.kill()
-                holder.wait()
         wait_until(lambda: _held_now(service).held == 0, _WAIT_S, "the held writes written")
         caught_up_s = time.time() - released_at
     counts, made = service.store_buffer(), _made(service)
@@ -193,14 +206,7 @@ def test_the_exporter_shows_a_locked_store_on_metrics(
         with exporter:
             wait_until(lambda: len(stored_scrapes(url).scrapes) >= 4, _WAIT_S, "first scrapes")
             assert _exported(exporter.url)["batchscope_store_up"] == 1.0
-            holder = subprocess.Popen(
-                [sys.executable, "-c", _LOCK_HOLDER, str(db)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            try:
-                wait_for_process_line(holder, "locked", _WAIT_S)
+            with _write_locked(db) as release:
                 wait_until(
                     lambda: (
                         _exported(exporter.url)["batchscope_store_writes_lost_totaldropped"] > 0
@@ -209,14 +215,7 @@ def test_the_exporter_shows_a_locked_store_on_metrics(
                     "writes dropped over the bound of 4",
                 )
                 during = _exported(exporter.url)
-                assert holder.stdin is not None
-                holder.stdin.write("\n")
-                holder.stdin.close()
-                assert holder.wait(timeout=_WAIT_S) == 0
-            finally:
-                if holder.poll() is None:
-                    holder.kill()
-                    holder.wait()
+                release()
             wait_until(
                 lambda: _exported(exporter.url)["batchscope_store_up"] == 1.0,
                 _WAIT_S,
