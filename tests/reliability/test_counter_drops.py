@@ -105,8 +105,9 @@ def test_counters_moving_between_two_servers_store_no_spike(
         assert whole is not None
         assert 0.3 * true <= whole.requests_per_s <= BOUND * true, (key, whole, true)
         windows.append(whole.requests_per_s / true)
-    # Most pairs are on one server and are counted.
-    assert counted >= stored // 2, (counted, stored)
+    # Between two breaks a series stays FLIP_S on one server, over two or more 1 s
+    # scrapes: at least one pair there is counted, however the scrapes fall.
+    assert counted >= max(1, breaks - len(series)), (counted, breaks, stored)
 
     fault_ledger.record(
         area="targets",

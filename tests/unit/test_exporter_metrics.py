@@ -434,7 +434,6 @@ def test_while_the_store_is_out_metrics_says_so_and_counts_what_was_lost(
     other = sqlite3.connect(db, isolation_level=None)
     other.execute(_LOCKER)
     buffer = WriteBuffer(max_writes=3, max_bytes=1_000_000, retry_s=0.05, retry_max_s=0.1)
-    buffer.start()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
         SnapshotCollector(lambda: _read_store(db), store_writes=buffer.counts, version="t")
@@ -452,6 +451,7 @@ def test_while_the_store_is_out_metrics_says_so_and_counts_what_was_lost(
         assert _value(out, "batchscope_store_outages_total") == 1.0
         assert _value(out, "batchscope_build_info", version="t") == 1.0
         assert "batchscope_source_up" not in out  # the store could not be read
+        buffer.start()  # only now a write is retried (and in flight): the counts above hold still
         other.execute("COMMIT")
         wait_until(lambda: buffer.counts().held == 0, 10, "the held writes written")
     finally:
