@@ -297,16 +297,16 @@ class SnapshotCollector(Collector):
         self._told_outage = False  # said once per outage, not once per scrape
 
     def collect(self) -> Iterable[Metric]:
+        counts = self._store_writes() if self._store_writes is not None else None
         try:
             snap: ExporterSnapshot | None = self._take()
         except Exception as exc:
-            counts = self._store_writes() if self._store_writes is not None else None
             if counts is None or counts.out_since is None:
                 raise
             if not self._told_outage:
                 self._told_outage = True
                 log.warning("store out: /metrics serves the store's own families only: %s", exc)
-            return snapshot_families(None, counts, version=self._version)
-        self._told_outage = False
-        counts = self._store_writes() if self._store_writes is not None else None
+            snap = None
+        else:
+            self._told_outage = False
         return snapshot_families(snap, counts, version=self._version)

@@ -473,9 +473,7 @@ def test_while_the_store_is_out_metrics_says_so_and_counts_what_was_lost(
     assert sqlite3.connect(db).execute("SELECT count(*) FROM t").fetchone() == (3,)
 
 
-def test_a_snapshot_that_fails_while_the_store_takes_writes_fails_the_scrape(
-    tmp_path: Path,
-) -> None:
+def test_a_snapshot_that_fails_while_the_store_takes_writes_fails_the_scrape() -> None:
     """Only a store outage explains a missing snapshot; anything else is not hidden."""
 
     def broken() -> ExporterSnapshot:
