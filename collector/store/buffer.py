@@ -137,7 +137,9 @@ class WriteBuffer:
         self._clock = clock
         self._held: collections.deque[_Held] = collections.deque()
         self._held_bytes = 0
-        self._in_flight = 0  # the held write being written now (0 or 1)
+        # The held write being written now: still held (counted, with its bytes)
+        # until the store took it.
+        self._in_flight: _Held | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -154,7 +156,7 @@ class WriteBuffer:
         asked only when it is held. An error that is not an outage propagates (and
         nothing is held) when the write ran now."""
         with self._lock:
-            holding = bool(self._held) or self._in_flight > 0
+            holding = bool(self._held) or self._in_flight is not None
         if not holding:
             try:
                 write()
@@ -191,7 +193,7 @@ class WriteBuffer:
     def _enforce_bound(self) -> None:
         """Drop the oldest held writes while over a bound (under the lock)."""
         while self._held and (
-            len(self._held) + self._in_flight > self.max_writes or self._held_bytes > self.max_bytes
+            self._held_count() > self.max_writes or self._held_size() > self.max_bytes
         ):
             dropped = self._held.popleft()
             self._held_bytes -= dropped.size
@@ -216,12 +218,12 @@ class WriteBuffer:
                     break
                 item = self._held.popleft()
                 self._held_bytes -= item.size
-                self._in_flight = 1
+                self._in_flight = item
             try:
                 item.write()
             except Exception as exc:
                 with self._lock:
-                    self._in_flight = 0
+                    self._in_flight = None
                     if is_outage(exc):
                         self._held.appendleft(item)
                         self._held_bytes += item.size
@@ -235,7 +237,7 @@ class WriteBuffer:
                 )
                 continue
             with self._lock:
-                self._in_flight = 0
+                self._in_flight = None
                 self._written += 1
         if ended is not None and self._on_outage is not None:
             try:
@@ -312,12 +314,19 @@ class WriteBuffer:
             return left
         return 0
 
+    def _held_count(self) -> int:
+        return len(self._held) + (self._in_flight is not None)
+
+    def _held_size(self) -> int:
+        in_flight = self._in_flight.size if self._in_flight is not None else 0
+        return self._held_bytes + in_flight
+
     def counts(self) -> BufferCounts:
         with self._lock:
             outage = self._outage
             return BufferCounts(
-                held=len(self._held) + self._in_flight,
-                held_bytes=self._held_bytes,
+                held=self._held_count(),
+                held_bytes=self._held_size(),
                 buffered=self._buffered,
                 written=self._written,
                 dropped=self._dropped,

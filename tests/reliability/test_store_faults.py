@@ -466,3 +466,33 @@ def test_the_byte_bound_drops_the_oldest_and_the_rest_is_written_in_order(
         "dropped and counted, the 5 newest written in order once the lock was released",
         lost="15 writes dropped over the bound (counted)",
     )
+
+
+def test_a_held_write_being_retried_still_counts_with_its_bytes(tmp_path: Path) -> None:
+    """While the buffer's thread retries a held write (here: waiting out SQLite's busy
+    timeout behind another connection's lock), that write is still held: ``held`` and
+    ``held_bytes`` both count it, as ``/metrics`` shows them."""
+    db = tmp_path / "store.db"
+    url = f"sqlite:///{db}?timeout=0.5"
+    error = "x" * 400
+    with Store(url) as store:
+        store.open()
+        buffer = WriteBuffer(max_writes=10, max_bytes=10_000, retry_s=0.01, retry_max_s=0.01)
+        with _write_locked(db) as release:
+            write = functools.partial(
+                store.record_scrape, "t", "triton", kind="triton", started_at=1.0,
+                duration_s=0.1, error_kind="down", error=error,
+            )  # fmt: skip
+            buffer.submit(write, what="record", size=functools.partial(payload_bytes, error))
+            buffer.start()
+            # The thread spends nearly all of this in the write, waiting for the lock.
+            seen: set[tuple[int, int]] = set()
+            until = time.monotonic() + 1.5
+            while time.monotonic() < until:
+                counts = buffer.counts()
+                seen.add((counts.held, counts.held_bytes))
+            release()
+        wait_until(lambda: buffer.counts().held == 0, _WAIT_S, "the held write written")
+        assert buffer.stop() == 0
+    assert seen == {(1, payload_bytes(error))}
+    assert buffer.counts().held_bytes == 0
