@@ -136,6 +136,8 @@ def _normal_name(name: str) -> str:
 def host_of(header: str | None) -> tuple[str, int | None] | None:
     """The name and port of a ``Host`` header (``name``, ``name:port``,
     ``[v6]:port``); None when it is missing or not one."""
+    # Not werkzeug's host_is_trusted: it cuts a trusted name at its first colon (so
+    # "[::1]" can never match) and compares case-sensitively.
     text = (header or "").strip()
     if not text:
         return None
@@ -182,6 +184,10 @@ class LoginLimiter:
     A client over the limit may not try (a right password included) until its oldest
     failure in the window is ``window_s`` old; a success forgets its failures. At most
     ``max_clients`` clients are remembered (the longest quiet ones are dropped)."""
+
+    # Not the ``limits`` package's moving window: its windows are whole seconds, its
+    # memory storage keeps a quiet client until some later hit, and it reads the
+    # wall clock, which a test cannot step.
 
     def __init__(
         self,
