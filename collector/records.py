@@ -9,6 +9,8 @@ Timestamps are Unix seconds (float, UTC).
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass, field, fields
 
 __all__ = [
@@ -109,6 +111,13 @@ class BatchStat:
     def compute_ns(self) -> int:
         return self.compute_input.ns + self.compute_infer.ns + self.compute_output.ns
 
+    @functools.cached_property
+    def figures(self) -> tuple[int, ...]:
+        """This entry as plain numbers (``BATCH_STAT_FIGURES``), read once per record:
+        the store and the rates both read every entry of every scrape, and an entry
+        that did not change keeps its record from one scrape to the next."""
+        return _batch_stat_figures(self)
+
 
 #: A ``BatchStat`` as plain numbers, in this order: the batch size, then each duration's
 #: count and nanoseconds (attribute paths). The store keeps each size's entry so and the
@@ -122,6 +131,7 @@ BATCH_STAT_FIGURES = (
     "compute_output.count",
     "compute_output.ns",
 )
+_batch_stat_figures = operator.attrgetter(*BATCH_STAT_FIGURES)
 
 
 @dataclass(frozen=True)

@@ -552,7 +552,8 @@ def _read_batch_entries(entries: list[bytes], layout: _StatsLayout) -> list[Batc
     new, zero, duration_type = _new, _NO_DURATION, Duration
     out = []
     for i in range(0, len(numbers), _NUMBERS_PER_BATCH):
-        size, in_count, in_ns, infer_count, infer_ns, out_count, out_ns = numbers[i : i + 7]
+        figures = tuple(numbers[i : i + _NUMBERS_PER_BATCH])  # ``BATCH_STAT_FIGURES``
+        size, in_count, in_ns, infer_count, infer_ns, out_count, out_ns = figures
         # Inlined _make_duration: the innermost loop of the parse.
         durations = []
         for count, ns in ((in_count, in_ns), (infer_count, infer_ns), (out_count, out_ns)):
@@ -564,7 +565,10 @@ def _read_batch_entries(entries: list[bytes], layout: _StatsLayout) -> list[Batc
                 durations.append(d)
             else:
                 durations.append(zero)
-        out.append(_make_batch_stat(size, *durations))
+        record = _make_batch_stat(size, *durations)
+        # Its ``figures`` are these numbers: set now, not read back from the record.
+        record.__dict__["figures"] = figures
+        out.append(record)
     return out
 
 

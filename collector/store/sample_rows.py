@@ -184,9 +184,8 @@ def model_sample_from(row: RowValues) -> records.ModelSample:
     )
 
 
-# One entry of ``model_samples.batch_stats`` from a ``BatchStat``, and the positions
-# of its parts, both from ``BATCH_STAT_LAYOUT``.
-_batch_stat_entry = operator.attrgetter(*BATCH_STAT_LAYOUT)
+# The positions of the parts of one entry of ``model_samples.batch_stats``, a
+# ``BatchStat``'s ``figures`` (``BATCH_STAT_LAYOUT``).
 _AT = {path: i for i, path in enumerate(BATCH_STAT_LAYOUT)}
 _SIZE = _AT["batch_size"]
 _DURATION_AT = tuple(
@@ -197,8 +196,8 @@ _DURATION_AT = tuple(
 
 def batch_stats_values(batches: Sequence[records.BatchStat]) -> list[tuple[int, ...]]:
     """The ``model_samples.batch_stats`` document of a sample's batch stats (a JSON
-    array of arrays)."""
-    return [_batch_stat_entry(b) for b in batches]
+    array of arrays, each entry ``BatchStat.figures``)."""
+    return [b.figures for b in batches]
 
 
 def batch_stats_from(doc: Sequence[Sequence[int]]) -> tuple[records.BatchStat, ...]:

@@ -4,6 +4,7 @@ document, whatever the shape."""
 from __future__ import annotations
 
 import json
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.errors import ParseError
+from collector.records import BATCH_STAT_FIGURES
 from collector.sources.triton_json import ModelStatsParser, _StatsScanner, parse_model_stats
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "triton"
@@ -182,6 +184,9 @@ _triton_entry = st.builds(
 )
 
 
+_figures_of = operator.attrgetter(*BATCH_STAT_FIGURES)
+
+
 def _triton_json(entries: list[dict[str, Any]], spaced: bool) -> bytes:
     separators = (", ", ": ") if spaced else (",", ":")
     return json.dumps({"model_stats": entries}, separators=separators).encode()
@@ -195,7 +200,11 @@ def test_documents_in_triton_layout_map_like_the_checked_parser(
     parser = ModelStatsParser()
     for i, entries in enumerate(documents):
         body = _triton_json(entries, spaced=i % 2 == 1)
-        assert parser.parse(body) == parse_model_stats(body)
+        parsed = parser.parse(body)
+        assert parsed == parse_model_stats(body)
+        # The figures the fast path sets as it reads an entry are the entry's own.
+        batches = [b for s in parsed for b in s.batch_stats]
+        assert [b.figures for b in batches] == [_figures_of(b) for b in batches]
 
 
 def test_a_changing_batch_list_keeps_unchanged_entries_and_reads_the_rest() -> None:
