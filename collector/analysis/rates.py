@@ -439,18 +439,14 @@ def counter_increase(
 def _batch_compute_ns_increase(prev: Sequence[BatchStat], cur: Sequence[BatchStat]) -> int:
     """The summed compute time of ``batch_stats_increase(prev, cur)``, without making
     its records: this runs for every series at every scrape."""
+    records = {b.batch_size: b for b in prev}
     # A record the parser kept (the same object) did not change: left out unread.
-    pairs = [(p, c) for p, c in zip(prev, cur, strict=False) if p is not c]
-    if len(prev) == len(cur) and all(p.batch_size == c.batch_size for p, c in pairs):
-        # The same sizes in the same places: the usual scrape.
-        changed = [c for _, c in pairs]
-        before = {p.batch_size: p.figures for p, _ in pairs}
-    else:
-        records = {b.batch_size: b for b in prev}
-        changed = [b for b in cur if records.get(b.batch_size) is not b]
-        before = {
-            b.batch_size: records[b.batch_size].figures for b in changed if b.batch_size in records
-        }
+    changed = [b for b in cur if records.get(b.batch_size) is not b]
+    before = {
+        b.batch_size: _batch_figures(records[b.batch_size])
+        for b in changed
+        if b.batch_size in records
+    }
     input_at, infer_at, output_at = _NS_AT
     total = 0
     for increase in batch_size_increases(before, map(_batch_figures, changed)):
