@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from collector.store import Store
 from collector.synthetic import Load, model_config, scrape_ok, steady_load, store_recommendation
@@ -92,6 +93,34 @@ def assert_no_html_ran(driver) -> None:  # type: ignore[no-untyped-def]
     """No image element and no alert: a name rendered as HTML would make either."""
     assert driver.find_elements(By.TAG_NAME, "img") == []
     assert no_alert(driver)
+
+
+def click_when_ready(  # type: ignore[no-untyped-def]
+    dash_duo, selector: str, *, text: str | None = None, timeout: float = 20
+) -> None:
+    """Click the first element at ``selector`` (whose text is ``text``, when given),
+    finding it again when a re-render replaced it between the find and the click: a
+    held reference goes stale whenever Dash redraws its parent."""
+
+    def clicked(driver) -> bool:  # type: ignore[no-untyped-def]
+        for element in driver.find_elements(By.CSS_SELECTOR, selector):
+            if text is None or element.text == text:
+                element.click()
+                return True
+        return False
+
+    WebDriverWait(
+        dash_duo.driver, timeout, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(clicked, f"no {selector!r} to click" + (f" reading {text!r}" if text else ""))
+
+
+def text_when_ready(dash_duo, selector: str, *, timeout: float = 20) -> str:  # type: ignore[no-untyped-def]
+    """The text of the element at ``selector``, read again when a re-render replaced
+    the element between the find and the read."""
+    read = WebDriverWait(
+        dash_duo.driver, timeout, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(lambda driver: [driver.find_element(By.CSS_SELECTOR, selector).text])
+    return read[0]
 
 
 def open_model_page(dash_duo, model: str, *, timeout: float) -> None:  # type: ignore[no-untyped-def]

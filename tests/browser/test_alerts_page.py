@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import time
 
-from selenium.webdriver.common.by import By
-
 from collector.store.alerts import AlertState, NewNotification
 from dashboard.app import create_app
-from dashboard.ids import Alerts, Shell
-from tests.browser.conftest import severe_logs
+from dashboard.ids import Alerts, Findings, Shell
+from tests.browser.conftest import click_when_ready, severe_logs, text_when_ready
 
 # Slow refresh: the page redraws when a silence changes, not on a timer.
 REFRESH_S = 60.0
@@ -59,20 +57,20 @@ def test_an_admin_sees_a_firing_alert_and_silences_it(dash_duo, seeded_store, sc
 
     # The nav leads to the page.
     dash_duo.wait_for_text_to_equal(f"#{Shell.ROLE}", "admin", timeout=20)
-    next(a for a in dash_duo.find_elements(f"#{Shell.NAV} a") if a.text == "Alerts").click()
+    click_when_ready(dash_duo, f"#{Shell.NAV} a", text="Alerts")
     dash_duo.wait_for_contains_text(f"#{Alerts.STATES}", "queue_saturation", timeout=20)
-    row = dash_duo.find_element(f"#{Alerts.STATES} tr.alert-row-firing").text
-    assert "firing" in row and "testbed" in row and "unbatched" in row
-    assert "90% of request time queued" in row
+    # Read again until they hold: the table may be redrawn once more as the page settles.
+    for part in ("firing", "testbed", "unbatched", "90% of request time queued"):
+        dash_duo.wait_for_contains_text(f"#{Alerts.STATES} tr.alert-row-firing", part, timeout=20)
     dash_duo.wait_for_contains_text(f"#{Alerts.OUTBOX}", "HTTP 500: receiver broke", timeout=20)
-    assert "1 firing" in dash_duo.find_element(f"#{Alerts.SUMMARY}").text
+    dash_duo.wait_for_contains_text(f"#{Alerts.SUMMARY}", "1 firing", timeout=20)
     screenshot("alerts-firing")
 
     # A silence for that alert: its link fills in the form.
-    dash_duo.find_element(f"#{Alerts.STATES} a.silence-link").click()
+    click_when_ready(dash_duo, f"#{Alerts.STATES} a.silence-link")
     dash_duo.wait_for_contains_text(f"#{Alerts.RULE}", "queue saturation", timeout=20)
-    assert "testbed" in dash_duo.find_element(f"#{Alerts.TARGET}").text
-    assert "unbatched" in dash_duo.find_element(f"#{Alerts.SUBJECT}").text
+    dash_duo.wait_for_contains_text(f"#{Alerts.TARGET}", "testbed", timeout=20)
+    dash_duo.wait_for_contains_text(f"#{Alerts.SUBJECT}", "unbatched", timeout=20)
     duration = dash_duo.find_element(f"#{Alerts.DURATION}")
     dash_duo.clear_input(duration)
     duration.send_keys("30m")
@@ -92,15 +90,15 @@ def test_an_admin_sees_a_firing_alert_and_silences_it(dash_duo, seeded_store, sc
     screenshot("alerts-silenced")
 
     # Ended from its button: the alert is no longer held back.
-    dash_duo.find_element(f"#{Alerts.SILENCES}").find_element(By.TAG_NAME, "button").click()
+    click_when_ready(dash_duo, f"#{Alerts.SILENCES} button")
     dash_duo.wait_for_contains_text(f"#{Alerts.RESULT}", "Silence #1 ended", timeout=20)
     dash_duo.wait_for_contains_text(f"#{Alerts.SILENCES}", "no silence in force", timeout=20)
-    assert "silenced by" not in dash_duo.find_element(f"#{Alerts.STATES}").text
+    assert "silenced by" not in text_when_ready(dash_duo, f"#{Alerts.STATES}")
     assert store.silences(active_at=time.time()) == []
 
     # The findings page offers the same form for an open finding's alerts.
-    next(a for a in dash_duo.find_elements(f"#{Shell.NAV} a") if a.text == "Findings").click()
-    dash_duo.wait_for_element("a.silence-link", timeout=20).click()
+    click_when_ready(dash_duo, f"#{Shell.NAV} a", text="Findings")
+    click_when_ready(dash_duo, f"#{Findings.LIST} a.silence-link")
     dash_duo.wait_for_contains_text(f"#{Alerts.RULE}", "batching off", timeout=20)
-    assert "unbatched" in dash_duo.find_element(f"#{Alerts.SUBJECT}").text
+    dash_duo.wait_for_contains_text(f"#{Alerts.SUBJECT}", "unbatched", timeout=20)
     assert severe_logs(dash_duo) == []
