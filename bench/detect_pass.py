@@ -8,7 +8,8 @@ with the garbage-collector thresholds a ``collect`` runs with, the detectors' jo
 newest sample, ``--passes`` times, by ``time.process_time``. Printed beside it: the
 window read alone (``read_window``) and, for scale, reading the same window as full
 ``ModelSample`` records (``Store.model_samples``), what the detectors read before
-``Store.counter_series``.
+``Store.counter_series``; and ``build_status`` over the same window, what the alert
+rules read each pass (and ``status``, the UI's overview and the exporter).
 
 Usage: ``python -m bench.detect_pass [--targets 20] [--models 20] [--seconds 75]
 [--passes 3] [--store FILE]`` (``--store``: time a copy of an existing SQLite store
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from bench.fleet_run import CollectorProcess
 from collector.analysis.detect import DetectorSettings, detector_job, read_window
+from collector.analysis.status import build_status
 from collector.process_control import tune_gc_for_service
 from collector.store import Store
 from collector.testbed.fleet import Fleet
@@ -70,6 +72,10 @@ def measure(path: Path, passes: int) -> None:
         figures = {
             "detector pass": cpu_seconds(lambda: job(store, newest), passes),
             "read_window": cpu_seconds(lambda: read_window(store, settings, now=newest), passes),
+            # What the alert rules read each pass (and `status`, the UI, the exporter).
+            "build_status": cpu_seconds(
+                lambda: build_status(store, window_s=settings.window_s, now=newest), passes
+            ),
             "model_samples (full records)": cpu_seconds(
                 lambda: store.model_samples(since=newest - settings.window_s, until=newest),
                 passes,

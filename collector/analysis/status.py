@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from collector.analysis.detect.increases import series_increase
 from collector.analysis.health import (
     Health,
     HealthState,
@@ -28,7 +29,7 @@ from collector.analysis.health import (
     scrape_interval_s,
     target_healths,
 )
-from collector.analysis.rates import gauge_mean, request_p95_us, window_rates
+from collector.analysis.rates import gauge_mean, rates_from_increase, request_p95_us, window_rates
 from collector.records import (
     BatcherConfig,
     DeviceSample,
@@ -40,11 +41,11 @@ from collector.records import (
 from collector.store import (
     Store,
     StoredDevice,
-    StoredModelConfig,
     StoredProcess,
     StoreOutage,
     TargetState,
 )
+from collector.store.windows import CounterReading
 
 __all__ = [
     "DeviceStatus",
@@ -56,8 +57,8 @@ __all__ = [
     "judge_targets",
 ]
 
-# Model samples are read this much before the window, so that scrapes sparser than
-# the window still give a pair to take rates from.
+# A series' newest sample is looked for this much before the window, so that scrapes
+# sparser than the window still give a pair to take rates from.
 _LOOKBACK_S = 300.0
 # The store's outages (writes held in memory, some perhaps dropped) are shown this long.
 STORE_OUTAGES_SHOWN_S = 86400.0
@@ -170,13 +171,7 @@ def build_status(store: Store, *, window_s: float = 60.0, now: float | None = No
     now = time.time() if now is None else now
     targets = judge_targets(store, now)
     by_name = {t.name: t for t in targets}
-    models = _model_statuses(
-        store.model_samples(since=now - window_s - _LOOKBACK_S, until=now),
-        store.latest_model_configs(),
-        by_name,
-        window_s,
-        now,
-    )
+    models = _model_statuses(store, by_name, window_s, now)
     device_rows = [
         d for d in store.device_samples(since=now - window_s, until=now) if _fresh(d, by_name, now)
     ]
@@ -209,19 +204,22 @@ def _fresh(
 
 
 def _model_statuses(
-    samples: Sequence[ModelSample],
-    configs: Mapping[tuple[str, str], StoredModelConfig],
-    targets: Mapping[str, TargetStatus],
-    window_s: float,
-    now: float,
+    store: Store, targets: Mapping[str, TargetStatus], window_s: float, now: float
 ) -> list[ModelStatus]:
-    series: dict[tuple[str, str, str], list[ModelSample]] = defaultdict(list)
-    for s in samples:
-        series[(s.target, s.model, s.version)].append(s)
+    """Each series with a sample in the window or the lookback before it. Its rates
+    come from the lean readings of the window (``series_increase``, what
+    ``window_rates`` makes of the same samples); only its newest sample is read whole,
+    and its last pair where the window holds fewer than two samples."""
+    newest_samples = store.newest_model_samples(since=now - window_s - _LOOKBACK_S, until=now)
+    in_window = {
+        (s.target, s.model, s.version): s.readings
+        for s in store.counter_series(since=now - window_s, until=now)
+    }
+    configs = store.latest_model_configs()
     statuses: list[ModelStatus] = []
-    for (target, model, version), rows in sorted(series.items()):
+    for newest in sorted(newest_samples, key=lambda s: (s.target, s.model, s.version)):
+        target, model, version = newest.target, newest.model, newest.version
         known = targets.get(target)
-        newest = rows[-1]
         fresh = is_fresh(
             newest.collected_at, now, scrape_interval_s(known.target if known else None)
         )
@@ -231,11 +229,12 @@ def _model_statuses(
         stored = configs.get((target, model))
         rates = None
         if fresh:
-            in_window = [s for s in rows if s.collected_at >= now - window_s]
-            if len(in_window) < 2 and len(rows) >= 2:
-                in_window = rows[-2:]  # scrapes sparser than the window: use the last pair
-            rates = window_rates(
-                in_window, instance_count=stored.config.instance_count if stored else None
+            instances = stored.config.instance_count if stored else None
+            readings = in_window.get((target, model, version), ())
+            rates = (
+                _window_rates(readings, instances)
+                if len(readings) >= 2
+                else _last_pair_rates(store, newest, now - window_s - _LOOKBACK_S, instances)
             )
         statuses.append(
             ModelStatus(
@@ -252,6 +251,25 @@ def _model_statuses(
             )
         )
     return statuses
+
+
+def _window_rates(readings: Sequence[CounterReading], instances: int | None) -> ModelRates:
+    """``window_rates`` of the samples behind ``readings``."""
+    return rates_from_increase(series_increase(readings).increase, instance_count=instances)
+
+
+def _last_pair_rates(
+    store: Store, newest: ModelSample, since: float, instances: int | None
+) -> ModelRates | None:
+    """Scrapes sparser than the window: the rates of the series' last pair."""
+    rows = store.model_samples(
+        target=newest.target,
+        model=newest.model,
+        version=newest.version,
+        since=since,
+        until=newest.collected_at,
+    )
+    return window_rates(rows[-2:], instance_count=instances)
 
 
 def _device_statuses(rows: Sequence[StoredDevice]) -> list[DeviceStatus]:

@@ -201,26 +201,33 @@ class SamplesMixin(TargetsMixin):
         oldest first (ties by target, model, version). ``stats`` is rebuilt with its
         batch stats in stored order when the sample had one, ``rates`` when stored."""
         where = _sample_filters(target, model, version, since, until)
-        samples_stmt = (
-            join_models(
-                select(
-                    *columns(ModelSampleRow),
-                    ModelRow.name.label("model_name"),
-                    ModelRow.version.label("model_version"),
-                    TargetRow.name.label("target_name"),
-                )
-            )
-            .where(*where)
-            .order_by(
-                ModelSampleRow.collected_at,
-                TargetRow.name,
-                ModelRow.name,
-                ModelRow.version,
-                ModelSampleRow.id,
-            )
+        with self._read() as session:
+            return [
+                model_sample_from(row)
+                for row in session.execute(_model_samples_select(*where)).mappings()
+            ]
+
+    def newest_model_samples(self, *, since: float, until: float) -> list[ModelSample]:
+        """The newest sample with ``since <= collected_at <= until`` of every (target,
+        model, version) that has one, ordered as ``model_samples``: the last of that
+        series' samples ``model_samples`` would return. What a status shows of a series
+        beyond its rates, read without the rest of its samples."""
+        newest = (
+            select(ModelSampleRow.model_id, func.max(ModelSampleRow.collected_at).label("at"))
+            .where(ModelSampleRow.collected_at >= since, ModelSampleRow.collected_at <= until)
+            .group_by(ModelSampleRow.model_id)
+            .subquery()
+        )
+        stmt = _model_samples_select().join(
+            newest,
+            (newest.c.model_id == ModelSampleRow.model_id)
+            & (newest.c.at == ModelSampleRow.collected_at),
         )
         with self._read() as session:
-            return [model_sample_from(row) for row in session.execute(samples_stmt).mappings()]
+            rows = [model_sample_from(row) for row in session.execute(stmt).mappings()]
+        # Two samples of one series stamped alike: the last one stored, as model_samples.
+        last = {(s.target, s.model, s.version): s for s in rows}
+        return [s for s in rows if last[(s.target, s.model, s.version)] is s]
 
     def model_configs(
         self, *, target: str | None = None, model: str | None = None
@@ -489,6 +496,29 @@ class SamplesMixin(TargetsMixin):
 def join_models(stmt: Select[*_Ts]) -> Select[*_Ts]:
     return stmt.join(ModelRow, ModelRow.id == ModelSampleRow.model_id).join(
         TargetRow, TargetRow.id == ModelRow.target_id
+    )
+
+
+def _model_samples_select(*where: ColumnElement[bool]) -> Select[Any]:
+    """Model samples labelled with their model, version and target, filtered by
+    ``where``, oldest first (ties by target, model, version, then as stored)."""
+    return (
+        join_models(
+            select(
+                *columns(ModelSampleRow),
+                ModelRow.name.label("model_name"),
+                ModelRow.version.label("model_version"),
+                TargetRow.name.label("target_name"),
+            )
+        )
+        .where(*where)
+        .order_by(
+            ModelSampleRow.collected_at,
+            TargetRow.name,
+            ModelRow.name,
+            ModelRow.version,
+            ModelSampleRow.id,
+        )
     )
 
 

@@ -30,10 +30,12 @@ from collector.analysis.rates import (
     merge_over_series,
     metrics_reset,
     rates_from_increase,
+    request_p95_us,
     sum_batch_stats,
     window_batch_stats,
     window_rates,
 )
+from collector.analysis.status import build_status
 from collector.records import (
     MODEL_COUNTERS,
     BatchStat,
@@ -385,3 +387,73 @@ def test_a_counter_going_down_alone_is_a_restart_as_in_rates(name: str) -> None:
     restarted = metrics_reset(*pair)
     assert restarted == (name in CORE_COUNTERS)
     assert series_increase([_reading(s) for s in pair]).increase.resets == int(restarted)
+
+
+def _reference_status_models(
+    store: Store, window_s: float, now: float
+) -> dict[tuple[str, str, str], tuple[Any, ...]]:
+    """Each series' newest time, rates, pending gauge and p95 as ``build_status`` read
+    them from full ``ModelSample`` records: the 300 s before the window read whole, the
+    window's samples (or the last pair, when it holds fewer than two) through
+    ``window_rates``."""
+    configs = store.latest_model_configs()
+    targets = {t.name: t for t in store.targets()}
+    series: dict[tuple[str, str, str], list[ModelSample]] = defaultdict(list)
+    for s in store.model_samples(since=now - window_s - 300.0, until=now):
+        series[(s.target, s.model, s.version)].append(s)
+    out: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+    for (target, model, version), rows in series.items():
+        newest = rows[-1]
+        fresh = is_fresh(newest.collected_at, now, scrape_interval_s(targets.get(target)))
+        rates = None
+        if fresh:
+            in_window = [s for s in rows if s.collected_at >= now - window_s]
+            if len(in_window) < 2:
+                in_window = rows[-2:]
+            stored = configs.get((target, model))
+            rates = window_rates(
+                in_window, instance_count=stored.config.instance_count if stored else None
+            )
+        out[(target, model, version)] = (
+            newest.collected_at,
+            rates,
+            newest.metrics.pending_request_count if fresh else None,
+            request_p95_us(newest) if fresh else None,
+        )
+    return out
+
+
+@pytest.mark.parametrize("seed", [6, 7])
+def test_status_rates_are_those_of_the_full_samples(store: Store, seed: int) -> None:
+    """``build_status`` reads a window's lean readings and each series' newest sample:
+    the same rates, gauges and times as from every sample read whole, with windows
+    that hold many samples, and with windows too short for a pair (the last pair)."""
+    last = _fill(store, seed)
+    sparse_seen = 0
+    for window_s in (60.0, 1.2):
+        for now in (last + 0.5, T0 + 38.0, T0 + 52.0, T0 + 41.5):
+            report = build_status(store, window_s=window_s, now=now)
+            got = {
+                (m.target, m.model, m.version): (
+                    m.last_sample_at,
+                    m.rates,
+                    m.pending_request_count,
+                    m.request_p95_us,
+                )
+                for m in report.models
+            }
+            assert got == _reference_status_models(store, window_s, now)
+            sparse_seen += sum(
+                1
+                for m in report.models
+                if m.rates is not None
+                and len(store.model_samples(
+                    target=m.target, model=m.model, version=m.version,
+                    since=now - window_s, until=now,
+                )) < 2
+            )  # fmt: skip
+    # The last-pair path ran, and the gone target's series is listed without rates.
+    assert sparse_seen > 0
+    final = {(m.target, m.model): m for m in build_status(store, now=last + 0.5).models}
+    assert final[("gone", "m1")].rates is None
+    assert final[("a", "m1")].rates is not None
