@@ -452,12 +452,12 @@ def _close_triton(triton: TritonServer) -> None:
 # --------------------------------------------------------------------------- one fetch
 
 
-@pytest.mark.parametrize("with_session", [False, True], ids=["pools", "requests-session"])
+@pytest.mark.parametrize("with_session", [False, True], ids=["libcurl", "requests-session"])
 def test_dripped_headers_end_at_the_deadline_on_either_path(
     with_session: bool, fault_ledger: FaultLedger
 ) -> None:
     """A GET that a target answers a byte a second ends at its deadline, whether it goes
-    through urllib3's pools (scrapes) or a ``requests`` session (``batchscope apply``)."""
+    through libcurl (scrapes) or a ``requests`` session (``batchscope apply``)."""
     timeout_s = 0.5
     with fs.FaultServer(["drip"]) as server:
         server.set_fault("drip", fs.DRIP)
@@ -474,7 +474,7 @@ def test_dripped_headers_end_at_the_deadline_on_either_path(
             fetcher.close()
         took = time.monotonic() - started
     assert took <= timeout_s + 0.3, took
-    path = "a requests session" if with_session else "urllib3's pools"
+    path = "a requests session" if with_session else "libcurl"
     fault_ledger.record(
         area="targets",
         fault=f"status line and headers dripped at 1 byte/s, one GET through {path}",
