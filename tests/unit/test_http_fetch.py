@@ -80,8 +80,9 @@ def base_url(server: ThreadingHTTPServer) -> str:
     return f"http://127.0.0.1:{server.server_address[1]}"
 
 
-@pytest.mark.parametrize("with_session", [False, True])
-def test_too_many_redirects_is_a_request_failure(base_url: str, with_session: bool) -> None:
+def _failure(url: str, *, with_session: bool = False) -> CollectError:
+    """The ``CollectError`` a GET of ``url`` raises (through libcurl, or a requests
+    session)."""
     fetcher = HttpFetcher(
         timeout_s=5.0,
         max_response_bytes=MIB,
@@ -89,12 +90,18 @@ def test_too_many_redirects_is_a_request_failure(base_url: str, with_session: bo
     )
     try:
         with pytest.raises(CollectError) as caught:
-            fetcher.get(f"{base_url}/loop", "target 't'")
+            fetcher.get(url, "target 't'")
     finally:
         fetcher.close()
-    assert type(caught.value) is CollectError
-    assert caught.value.error_kind == "error"
-    assert str(caught.value).startswith(f"request failed: GET {base_url}/loop (target 't')")
+    return caught.value
+
+
+@pytest.mark.parametrize("with_session", [False, True])
+def test_too_many_redirects_is_a_request_failure(base_url: str, with_session: bool) -> None:
+    failure = _failure(f"{base_url}/loop", with_session=with_session)
+    assert type(failure) is CollectError
+    assert failure.error_kind == "error"
+    assert str(failure).startswith(f"request failed: GET {base_url}/loop (target 't')")
 
 
 def test_a_timeout_changed_after_construction_is_the_one_used(base_url: str) -> None:
@@ -114,47 +121,26 @@ def test_a_timeout_changed_after_construction_is_the_one_used(base_url: str) -> 
 def test_a_declared_length_over_the_cap_fails_before_the_body(
     base_url: str, with_session: bool
 ) -> None:
-    fetcher = HttpFetcher(
-        timeout_s=5.0,
-        max_response_bytes=MIB,
-        session=requests.Session() if with_session else None,
-    )
     started = time.monotonic()
-    try:
-        with pytest.raises(ResponseTooLarge, match=f"response of {10 * MIB} bytes exceeds"):
-            fetcher.get(f"{base_url}/declared-huge", "target 't'")
-    finally:
-        fetcher.close()
+    failure = _failure(f"{base_url}/declared-huge", with_session=with_session)
     assert time.monotonic() - started < 2.0  # not the 5 s the server holds the body back
+    assert isinstance(failure, ResponseTooLarge)
+    assert str(failure).startswith(f"response of {10 * MIB} bytes exceeds the cap")
 
 
 @pytest.mark.parametrize("with_session", [False, True])
 def test_an_error_page_is_named_by_its_status_and_start(base_url: str, with_session: bool) -> None:
-    fetcher = HttpFetcher(
-        timeout_s=5.0,
-        max_response_bytes=MIB,
-        session=requests.Session() if with_session else None,
-    )
-    try:
-        with pytest.raises(TargetHTTPError) as caught:
-            fetcher.get(f"{base_url}/error", "target 't'")
-    finally:
-        fetcher.close()
-    message = str(caught.value)
-    assert caught.value.status == 503
+    failure = _failure(f"{base_url}/error", with_session=with_session)
+    message = str(failure)
+    assert isinstance(failure, TargetHTTPError) and failure.status == 503
     assert message.startswith(f"HTTP 503 Busy Now: GET {base_url}/error (target 't'): <html>")
     assert "the receiver broke" in message and len(message) < 400
 
 
 def test_a_redirect_off_http_is_refused(base_url: str) -> None:
-    fetcher = HttpFetcher(timeout_s=5.0, max_response_bytes=MIB)
-    try:
-        with pytest.raises(CollectError) as caught:
-            fetcher.get(f"{base_url}/file", "target 't'")
-    finally:
-        fetcher.close()
-    assert type(caught.value) is CollectError
-    assert str(caught.value).startswith(f"request failed: GET {base_url}/file (target 't')")
+    failure = _failure(f"{base_url}/file")
+    assert type(failure) is CollectError
+    assert str(failure).startswith(f"request failed: GET {base_url}/file (target 't')")
 
 
 def test_scrapes_ignore_a_proxy_in_the_environment(
