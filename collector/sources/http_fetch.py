@@ -26,6 +26,7 @@ import contextlib
 import http.client
 import io
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Generator
@@ -293,6 +294,13 @@ def _new_curl() -> pycurl.Curl:
     curl.setopt(pycurl.FOLLOWLOCATION, 1)
     curl.setopt(pycurl.MAXREDIRS, 30)
     curl.setopt(pycurl.USERAGENT, "batchscope")
+    # HTTPS trusts what Python's ssl trusts here (SSL_CERT_FILE/SSL_CERT_DIR, else the
+    # system's store), not a path compiled into libcurl.
+    trusted = ssl.get_default_verify_paths()
+    if trusted.cafile:
+        curl.setopt(pycurl.CAINFO, trusted.cafile)
+    if trusted.capath:
+        curl.setopt(pycurl.CAPATH, trusted.capath)
     return curl
 
 

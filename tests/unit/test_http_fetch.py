@@ -4,15 +4,24 @@ the same through libcurl as through a requests session, and the timeout in force
 from __future__ import annotations
 
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import requests
 
-from collector.errors import CollectError, ResponseTooLarge, TargetHTTPError, TargetTimeout
+from collector.errors import (
+    CollectError,
+    ResponseTooLarge,
+    TargetDown,
+    TargetHTTPError,
+    TargetTimeout,
+)
 from collector.sources.http_fetch import MIB, HttpFetcher
 
 
@@ -182,4 +191,43 @@ def test_one_fetcher_serves_threads_at_once(server: ThreadingHTTPServer, base_ur
     finally:
         server.release.set()  # type: ignore[attr-defined]
         thread.join(5.0)
+        fetcher.close()
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An HTTPS server on 127.0.0.1 with a self-signed certificate: its URL and the
+    certificate's file."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    server.release = threading.Event()  # type: ignore[attr-defined]
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{server.server_address[1]}", cert
+    server.shutdown()
+    server.server_close()
+
+
+def test_https_checks_the_certificate_against_what_python_trusts(
+    tls_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, cert = tls_server
+    failure = _failure(f"{url}/fast")
+    assert isinstance(failure, TargetDown) and "certificate" in str(failure).lower()
+    # Trusted through SSL_CERT_FILE, as Python's ssl would trust it: the GET succeeds.
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    fetcher = HttpFetcher(timeout_s=5.0, max_response_bytes=MIB)
+    try:
+        assert fetcher.get(f"{url}/fast", "target 't'") == b"ok"
+    finally:
         fetcher.close()
