@@ -15,6 +15,7 @@ YAML file (all keys optional)::
     interval_s: 5
     duration_s: null               # run until stopped
     timeout_s: 3
+    statistics_interval_s: 5       # the statistics API at most this often (<= 30)
     max_response_bytes: 16777216
     sources: [triton, nvml, host]
     backoff_max_s: 60
@@ -154,6 +155,9 @@ __all__ = [
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_METRICS_PORT = 8002
 ENV_PREFIX = "BATCHSCOPE_"
+#: The longest ``statistics_interval_s`` allowed; readers that look for a series' newest
+#: statistics look this much further back than for its newest metrics.
+MAX_STATISTICS_INTERVAL_S = 30.0
 # Never echoed in an error message: the value itself is the secret, or (a receiver,
 # the groups, a database URL) may hold one (a webhook secret, a Slack URL with its
 # token, a password).
@@ -344,6 +348,10 @@ class Settings(BaseSettings):
     interval_s: Seconds = 5.0
     duration_s: Annotated[Seconds | None, BeforeValidator(_none_words)] = None
     timeout_s: Seconds = 3.0
+    # Triton's statistics API (batch sizes and their compute times) is read at most this
+    # often, the metrics every interval_s: its document is most of a scrape's cost, and
+    # its counters are cumulative, so a window loses nothing but its last seconds.
+    statistics_interval_s: Seconds = 5.0
     max_response_bytes: Annotated[int, BeforeValidator(_not_bool), Field(gt=0)] = 16 * 1024**2
     sources: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = (
         "triton",
@@ -439,6 +447,16 @@ class Settings(BaseSettings):
         interval = info.data.get("interval_s")
         if interval is not None and value > interval * 10:
             raise ValueError(f"{value:g} s is more than ten scrape intervals ({interval:g} s)")
+        return value
+
+    @field_validator("statistics_interval_s")
+    @classmethod
+    def _statistics_often_enough(cls, value: float) -> float:
+        if value > MAX_STATISTICS_INTERVAL_S:
+            raise ValueError(
+                f"{value:g} s is more than {MAX_STATISTICS_INTERVAL_S:g} s: a minute's "
+                f"window needs several readings of the statistics"
+            )
         return value
 
     @field_validator("analysis")

@@ -74,7 +74,9 @@ __all__ = [
     "rates_from_increase",
     "request_p95_us",
     "sample_pair_kind",
+    "stats_pair",
     "stats_reset",
+    "StatsPair",
     "sum_batch_stats",
     "window_batch_stats",
     "window_rates",
@@ -91,6 +93,9 @@ class CounterIncrease:
     counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MODEL_COUNTERS, 0.0))
     failure_by_reason: dict[str, float] = field(default_factory=dict)
     batch_compute_ns: float | None = None  # from statistics-API batch_stats, when present
+    # The seconds ``batch_compute_ns`` accrued over: from each statistics pair's first
+    # sample to its second, which need not be consecutive samples (``stats_pair``).
+    batch_seconds: float = 0.0
     # Busy seconds per model instance, and the seconds they were measured over: what a
     # busy share turns back into (``increase_from_rates``) when the batch times and the
     # instance count behind it are gone.
@@ -111,6 +116,7 @@ class CounterIncrease:
                 failures[reason] = failures.get(reason, 0.0) + value
             if part.batch_compute_ns is not None:
                 out.batch_compute_ns = (out.batch_compute_ns or 0.0) + part.batch_compute_ns
+                out.batch_seconds += part.batch_seconds
             if part.busy_instance_s is not None:
                 out.busy_instance_s = (out.busy_instance_s or 0.0) + part.busy_instance_s
                 out.busy_window_s += part.busy_window_s
@@ -181,6 +187,11 @@ class CounterTrack:
     left: tuple[float, ...] | None = None
     # Whether the last pair judged was counted (neither a restart nor a break).
     steady: bool = False
+    # The last sample with statistics (``stats_pair``), and whether a restart or a break
+    # came in the pairs judged since it.
+    stats_base: ModelSample | None = None
+    stats_restarted: bool = False
+    stats_broken: bool = False
 
 
 def judge_pair(
@@ -358,24 +369,59 @@ def window_batch_stats(
     samples: Sequence[ModelSample], *, since: float | None = None
 ) -> tuple[BatchStat, ...]:
     """Executions and time per executed batch size over a window of one series: the
-    ``batch_stats`` increases of every pair (ending at or after ``since``) summed per
-    size. A pair across a restart or reload counts from zero, as ``counter_increase``
-    does; a break (``judge_pair``) adds nothing."""
+    ``batch_stats`` increases of every statistics pair (``stats_pair``) ending at or
+    after ``since``, summed per size. A pair across a restart or reload counts from
+    zero, as ``counter_increase`` does; one across a break adds nothing."""
     track = CounterTrack()
     parts = []
     for prev, cur in zip(samples, samples[1:], strict=False):
-        kind = sample_pair_kind(track, prev, cur)
-        if kind is PairKind.BREAK or cur.stats is None:
+        pair = stats_pair(track, prev, cur, sample_pair_kind(track, prev, cur))
+        if pair is None or (since is not None and cur.collected_at < since):
             continue
-        if since is None or cur.collected_at >= since:
-            parts.append(
-                batch_stats_increase(
-                    prev.stats.batch_stats if prev.stats else None,
-                    cur.stats.batch_stats,
-                    reset=prev.stats is None or is_reset(prev, cur),
-                )
+        assert pair.base.stats is not None and cur.stats is not None
+        parts.append(
+            batch_stats_increase(
+                pair.base.stats.batch_stats, cur.stats.batch_stats, reset=pair.from_zero
             )
+        )
     return sum_batch_stats(parts)
+
+
+@dataclass(frozen=True)
+class StatsPair:
+    """A sample's statistics paired with those of ``base``, the series' last sample with
+    statistics before it; ``from_zero`` when a restart or reload came between, so the
+    second sample's batch stats count from zero; ``reloaded`` when it was the statistics'
+    own counters that went down (a model reload)."""
+
+    base: ModelSample
+    from_zero: bool
+    reloaded: bool
+
+
+def stats_pair(
+    track: CounterTrack, prev: ModelSample, cur: ModelSample, kind: PairKind
+) -> StatsPair | None:
+    """The statistics pair that ``cur`` ends, given the consecutive pair ``prev``,
+    ``cur`` judged ``kind``; ``track`` (the series') carries the last sample with
+    statistics across samples without them, as when the statistics API is read less
+    often than the metrics. ``None`` when ``cur`` has no statistics, when none came
+    before it, and across a break (another source's counters: a new baseline)."""
+    base: ModelSample | None
+    if prev.stats is not None:
+        base, restarted, broken = prev, False, False
+    else:
+        base, restarted, broken = track.stats_base, track.stats_restarted, track.stats_broken
+    restarted = restarted or kind is PairKind.RESTART
+    broken = broken or kind is PairKind.BREAK
+    if cur.stats is None:
+        track.stats_base, track.stats_restarted, track.stats_broken = base, restarted, broken
+        return None
+    track.stats_base, track.stats_restarted, track.stats_broken = cur, False, False
+    if base is None or broken:
+        return None
+    reloaded = stats_reset(base, cur)
+    return StatsPair(base, restarted or reloaded, reloaded)
 
 
 def _duration_sum(a: Duration, b: Duration) -> Duration:
@@ -386,9 +432,13 @@ def counter_increase(
     prev: ModelSample, cur: ModelSample, track: CounterTrack | None = None
 ) -> CounterIncrease:
     """Increases between two consecutive samples of the same series. ``track`` carries
-    the series' last counted rate from pair to pair (``judge_pair``); without one, a
-    drop counts as a restart only up to ``RESTART_FLOOR``. A break adds nothing."""
-    kind = sample_pair_kind(track if track is not None else CounterTrack(), prev, cur)
+    the series' last counted rate from pair to pair (``judge_pair``) and its last sample
+    with statistics (``stats_pair``); without one, a drop counts as a restart only up to
+    ``RESTART_FLOOR``, and the batch compute time is that since ``prev``. A break adds
+    nothing."""
+    track = track if track is not None else CounterTrack()
+    kind = sample_pair_kind(track, prev, cur)
+    pair = stats_pair(track, prev, cur, kind)
     seconds = max(cur.collected_at - prev.collected_at, 0.0)
     if kind is PairKind.BREAK:
         return CounterIncrease(
@@ -398,7 +448,6 @@ def counter_increase(
             resets=1,
         )
     reset = kind is PairKind.RESTART
-    reloaded = stats_reset(prev, cur)
     p, c = prev.metrics, cur.metrics
     reasons, failed_before = c.request_failure_by_reason, p.request_failure_by_reason
     failures = dict(
@@ -420,18 +469,24 @@ def counter_increase(
         )
     )
     batch_ns: float | None = None
-    if cur.stats is not None:
+    batch_seconds = 0.0
+    if pair is not None:
+        assert pair.base.stats is not None and cur.stats is not None
         batch_ns = float(
             _batch_compute_ns_increase(
-                prev.stats.batch_stats if prev.stats and not (reset or reloaded) else (),
-                cur.stats.batch_stats,
+                () if pair.from_zero else pair.base.stats.batch_stats, cur.stats.batch_stats
             )
         )
+        batch_seconds = max(cur.collected_at - pair.base.collected_at, 0.0)
+    elif cur.stats is not None:
+        batch_ns = 0.0  # the first statistics of the series: a baseline, over no time
+    reloaded = pair is not None and pair.reloaded
     return CounterIncrease(
         seconds=seconds,
         counters=increases,
         failure_by_reason=failures,
         batch_compute_ns=batch_ns,
+        batch_seconds=batch_seconds,
         resets=1 if reset or reloaded else 0,
     )
 
@@ -463,8 +518,8 @@ def rates_from_increase(inc: CounterIncrease, *, instance_count: int | None) -> 
     c, failures = inc.counters, inc.failure_by_reason
     per_s = (lambda v: v / window) if window > 0 else (lambda v: 0.0)
     busy = None
-    if inc.batch_compute_ns is not None and instance_count and window > 0:
-        busy = inc.batch_compute_ns / (window * 1e9 * instance_count)
+    if inc.batch_compute_ns is not None and instance_count and inc.batch_seconds > 0:
+        busy = inc.batch_compute_ns / (inc.batch_seconds * 1e9 * instance_count)
     elif inc.busy_instance_s is not None and inc.busy_window_s > 0:
         busy = inc.busy_instance_s / inc.busy_window_s
     requests = c["request_success"]

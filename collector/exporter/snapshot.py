@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from collector.analysis.health import TRITON_KIND, is_fresh, scrape_interval_s, stale_after_s
 from collector.analysis.status import StatusReport, build_status
+from collector.config import MAX_STATISTICS_INTERVAL_S
 from collector.records import ModelSample
 from collector.store import Store, StoredFinding, StoredRecommendation
 from collector.store.alerts import NOTIFICATION_STATES, AlertState
@@ -99,21 +100,27 @@ def _outbox_counts(store: Store) -> tuple[OutboxCount, ...]:
 
 
 def _latest_fresh_stats(store: Store, status: StatusReport, now: float) -> tuple[ModelSample, ...]:
-    """The newest sample of each series with statistics, when that sample is fresh by
-    its target's scrape interval (the one freshness rule of ``analysis.health``).
-    Only the stale span is read: an older newest sample would not be fresh anyway."""
+    """The newest sample with statistics of each series whose newest sample is fresh by
+    its target's scrape interval (the one freshness rule of ``analysis.health``). The
+    statistics may be read less often than the metrics (``statistics_interval_s``), so
+    they are looked for that much further back."""
     intervals = {
         t.name: scrape_interval_s(t.target) for t in status.targets if t.target.kind == TRITON_KIND
     }
     if not intervals:
         return ()
     since = now - max(stale_after_s(i) for i in intervals.values())
-    newest: dict[tuple[str, str, str], ModelSample] = {}
-    for sample in store.model_samples(since=since, until=now):  # oldest first
-        newest[(sample.target, sample.model, sample.version)] = sample
+    fresh = {
+        (m.target, m.model, m.version)
+        for m in status.models
+        if is_fresh(m.last_sample_at, now, intervals.get(m.target, scrape_interval_s(None)))
+    }
+    with_statistics = store.newest_model_samples(
+        since=since - MAX_STATISTICS_INTERVAL_S, until=now, with_statistics=True
+    )
     return tuple(
-        s
-        for key, s in sorted(newest.items())
-        if s.stats is not None
-        and is_fresh(s.collected_at, now, intervals.get(s.target, scrape_interval_s(None)))
+        sorted(
+            (s for s in with_statistics if (s.target, s.model, s.version) in fresh),
+            key=lambda s: (s.target, s.model, s.version),
+        )
     )

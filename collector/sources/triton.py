@@ -11,8 +11,9 @@ Three steps, each testable alone, each in its own module:
    functions from parsed documents to ``collector.records``.
 
 This module holds the source itself: which endpoints it reads and the config cache.
-Endpoints read per ``collect()``: the metrics URL and ``GET /v2/models/stats`` (a
-failure of either fails the collection, so they are the liveness check); ``GET /v2``
+Endpoints read per ``collect()``: the metrics URL, and ``GET /v2/models/stats`` when
+``statistics_interval_s`` has passed since it was last read (a failure of either fails
+the collection, so they are the liveness check); ``GET /v2``
 (the server version) only when it may have changed -- the first collection, the one
 after a failure, and one where a counter went down (a restart); ``GET
 /v2/models/NAME/config`` only for a model whose config may have changed (see
@@ -84,6 +85,12 @@ class TritonSource:
     reported. A failure of the metrics or statistics request (or of the version when
     it is read) fails the whole collection.
 
+    The statistics are read on the first collection, after a failed one, and then once
+    ``statistics_interval_s`` has passed since they were last read (0: every
+    collection); a collection between reports no ``model_stats`` and the configs last
+    read. Their counters are cumulative, so the analyses pair each reading with the one
+    before it (``rates.stats_pair``) and lose nothing but resolution.
+
     ``session`` is owned by the source from then on: ``close()`` closes it.
     ``clock`` (Unix seconds) stamps ``collected_at`` and times the config cache.
     """
@@ -99,6 +106,7 @@ class TritonSource:
         session: requests.Session | None = None,
         clock: Callable[[], float] = time.time,
         config_refresh_s: float = 600.0,
+        statistics_interval_s: float = 0.0,
     ) -> None:
         self.target = target.name
         self._settings = target
@@ -117,6 +125,8 @@ class TritonSource:
         self._stats_url = f"{self._base_url}/v2/models/stats"
         self._server_version: str | None = None
         self._version_stale = True
+        self._statistics_interval_s = statistics_interval_s
+        self._statistics_due_at: float | None = None  # None: at the next collection
 
     # ------------------------------------------------------------------ protocol
 
@@ -124,8 +134,9 @@ class TritonSource:
         try:
             return [self._collect()]
         except BaseException:
-            # Down, or replaced by another server: read its version again.
+            # Down, or replaced by another server: read its version and statistics again.
             self._version_stale = True
+            self._statistics_due_at = None
             raise
 
     def _collect(self) -> TritonSnapshot:
@@ -134,9 +145,16 @@ class TritonSource:
             self._read_version()
         metrics_url = self._settings.metrics_url
         metrics = self._parsed(metrics_url, "metrics", self._metrics_parser.parse)
-        stats = self._parsed(self._stats_url, "model statistics", self._stats_parser.parse)
-
-        configs, partial_errors, reloaded = self._model_configs(stats)
+        due_at = self._statistics_due_at
+        if due_at is None or collected_at >= due_at:
+            stats = self._parsed(self._stats_url, "model statistics", self._stats_parser.parse)
+            # A tenth early: collections come every interval_s, give or take a little,
+            # and one that falls just short should not wait a whole interval more.
+            self._statistics_due_at = collected_at + 0.9 * self._statistics_interval_s
+            configs, partial_errors, reloaded = self._model_configs(stats)
+        else:
+            stats = ()
+            configs, partial_errors, reloaded = self._cached_configs(), {}, False
         if reloaded and not self._version_stale:
             self._read_version()
         self._version_stale = False
@@ -198,6 +216,10 @@ class TritonSource:
         self._last_stats = by_model
         return tuple(configs), errors, any_reloaded
 
+    def _cached_configs(self) -> tuple[ModelConfig, ...]:
+        """The configs of the models in the statistics last read, as last fetched."""
+        return tuple(self._configs[model][0] for model in sorted(self._configs))
+
     def _refresh_after(self, model: str) -> float:
         """``config_refresh_s`` plus up to half of it, fixed per model and target."""
         spread = zlib.crc32(f"{self.target}/{model}".encode()) / 2**32
@@ -255,4 +277,4 @@ def _utf8(body: bytes) -> str:
         raise ParseError(f"not UTF-8 text: {exc}") from exc
 
 
-register_source(SourceSpec("triton", lambda settings, target: TritonSource(target, timeout_s=settings.timeout_s, max_response_bytes=settings.max_response_bytes), per_target=True))  # noqa: E501  # fmt: skip
+register_source(SourceSpec("triton", lambda settings, target: TritonSource(target, timeout_s=settings.timeout_s, max_response_bytes=settings.max_response_bytes, statistics_interval_s=settings.statistics_interval_s), per_target=True))  # noqa: E501  # fmt: skip

@@ -207,18 +207,24 @@ class SamplesMixin(TargetsMixin):
                 for row in session.execute(_model_samples_select(*where)).mappings()
             ]
 
-    def newest_model_samples(self, *, since: float, until: float) -> list[ModelSample]:
-        """The newest sample with ``since <= collected_at <= until`` of every (target,
-        model, version) that has one, ordered as ``model_samples``: the last of that
-        series' samples ``model_samples`` would return. What a status shows of a series
-        beyond its rates, read without the rest of its samples."""
+    def newest_model_samples(
+        self, *, since: float, until: float, with_statistics: bool = False
+    ) -> list[ModelSample]:
+        """The newest sample with ``since <= collected_at <= until`` (and statistics, if
+        ``with_statistics``) of every (target, model, version) that has one, ordered as
+        ``model_samples``: the last of that series' samples ``model_samples`` would
+        return. What a status shows of a series beyond its rates, read without the rest
+        of its samples."""
+        where = [ModelSampleRow.collected_at >= since, ModelSampleRow.collected_at <= until]
+        if with_statistics:
+            where.append(ModelSampleRow.stats_inference_count.is_not(None))
         newest = (
             select(ModelSampleRow.model_id, func.max(ModelSampleRow.collected_at).label("at"))
-            .where(ModelSampleRow.collected_at >= since, ModelSampleRow.collected_at <= until)
+            .where(*where)
             .group_by(ModelSampleRow.model_id)
             .subquery()
         )
-        stmt = _model_samples_select().join(
+        stmt = _model_samples_select(*where[2:]).join(
             newest,
             (newest.c.model_id == ModelSampleRow.model_id)
             & (newest.c.at == ModelSampleRow.collected_at),

@@ -81,10 +81,12 @@ def distribution_edges(
     )
     increases = []
     for version, newest in last.items():
-        end = newest[-1]
-        if end.stats is None:
+        # The statistics may be read less often than the metrics: the edges' outermost
+        # samples that have them.
+        end = next((s for s in reversed(newest) if s.stats is not None), None)
+        if end is None or end.stats is None:
             continue
-        start = first.get(version, [None])[0]
+        start = next((s for s in first.get(version, ()) if s.stats is not None), None)
         before = start.stats.batch_stats if start is not None and start.stats else None
         increases.append(batch_stats_increase(before, end.stats.batch_stats))
     return _distribution(sum_batch_stats(increases))

@@ -83,6 +83,8 @@ def test_file_then_env_then_cli(tmp_path: Path) -> None:
         ({"overrides": {"shard": "a/b"}}, "shard"),
         ({"overrides": {"file_sd": ["fleet.json", " "]}}, "file_sd"),
         ({"overrides": {"file_sd_refresh_s": 0}}, "file_sd_refresh_s"),
+        ({"overrides": {"statistics_interval_s": 31}}, "statistics_interval_s"),
+        ({"env": {"BATCHSCOPE_STATISTICS_INTERVAL_S": "-1"}}, "statistics_interval_s"),
     ],
 )
 def test_invalid_settings_name_the_field(kwargs: dict, field: str) -> None:

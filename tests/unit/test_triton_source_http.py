@@ -542,12 +542,55 @@ def test_close_closes_the_session(server: _Server) -> None:
 def test_registered_factory_builds_a_source_from_settings() -> None:
     spec = SOURCES["triton"]
     assert spec.per_target is True
-    settings = Settings(timeout_s=1.5, max_response_bytes=4096)
+    settings = Settings(timeout_s=1.5, max_response_bytes=4096, statistics_interval_s=7.0)
     target = TargetSettings(name="t", url="http://127.0.0.1:1", metrics_url="http://127.0.0.1:2/m")
     src = spec.factory(settings, target)
     try:
         assert isinstance(src, TritonSource)
         assert (src.name, src.target) == ("triton", "t")
         assert (src._http.timeout_s, src._http.max_response_bytes) == (1.5, 4096)
+        assert src._statistics_interval_s == 7.0
     finally:
         src.close()
+
+
+def test_statistics_are_read_every_statistics_interval(server: _Server, clock: FakeClock) -> None:
+    """Metrics every collection; statistics once ``statistics_interval_s`` has passed (a
+    tenth early), and at once after a failed collection. Between, a snapshot has no
+    statistics and the configs last read."""
+    source = TritonSource(
+        target_for(server), timeout_s=GENEROUS_TIMEOUT_S, clock=clock, statistics_interval_s=5.0
+    )
+
+    def stats_hits() -> int:
+        return server.hits.count("/v2/models/stats")
+
+    read = []
+    try:
+        for _ in range(11):  # one a second, from 0 s to 10 s
+            (snap,) = source.collect()
+            read.append(bool(snap.model_stats))
+            assert [c.model for c in snap.model_configs] == ["resnet50", "text_encoder"]
+            assert snap.model_metrics
+            clock.now += 1.0
+        assert read == [True, False, False, False, False, True] + [False] * 4 + [True]
+        assert stats_hits() == 3
+        # A failed collection: the next one reads the statistics whatever the time.
+        server.routes["/metrics"] = status(503, b"starting")
+        with pytest.raises(TargetHTTPError):
+            source.collect()
+        server.routes["/metrics"] = ok(fixture_bytes("metrics_gpu.txt"))
+        clock.now += 1.0
+        (snap,) = source.collect()
+        assert snap.model_stats and stats_hits() == 4
+    finally:
+        source.close()
+
+
+def test_statistics_every_collection_without_an_interval(
+    source: TritonSource, server: _Server
+) -> None:
+    for _ in range(3):
+        (snap,) = source.collect()
+        assert snap.model_stats
+    assert server.hits.count("/v2/models/stats") == 3

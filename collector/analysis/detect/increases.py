@@ -54,14 +54,23 @@ class SeriesIncrease:
 
 
 def series_increase(readings: Sequence[CounterReading]) -> SeriesIncrease:
-    """The increases over every consecutive pair of ``readings`` (oldest first)."""
+    """The increases over every consecutive pair of ``readings`` (oldest first); the
+    batch stats over each statistics pair (``rates.stats_pair``: a reading with
+    statistics and the last one with them before it)."""
     seconds = 0.0
     sums = [0.0] * len(MODEL_COUNTERS)
     failures: dict[str, float] = {}
     batch_ns: float | None = None
+    batch_seconds = 0.0
     executions: dict[int, int] = {}
     resets = 0
-    prev_entries: _BatchEntries = readings[0].batch_stats() if readings else ()
+    # The last reading with statistics (its decoded batch stats), and whether a restart
+    # or a break came since it: ``rates.stats_pair``'s track.
+    base: CounterReading | None = None
+    base_entries: _BatchEntries = ()
+    restarted = broken = False
+    if readings and readings[0].stats_counts is not None:
+        base, base_entries = readings[0], readings[0].batch_stats()
     track = CounterTrack()
     for prev, cur in zip(readings, readings[1:], strict=False):
         pc, cc = prev.counters, cur.counters
@@ -73,35 +82,47 @@ def series_increase(readings: Sequence[CounterReading]) -> SeriesIncrease:
             down=any(cc[i] < pc[i] for i in _CORE_AT),
         )
         seconds += max(cur.collected_at - prev.collected_at, 0.0)
+        if prev.stats_counts is not None:
+            restarted = broken = False  # prev is the base
+        restarted = restarted or kind is PairKind.RESTART
+        broken = broken or kind is PairKind.BREAK
+        pair_base: CounterReading | None = None
+        pair_entries: _BatchEntries = ()
+        cur_entries: _BatchEntries = ()
+        from_zero = reloaded = False
+        if cur.stats_counts is not None:
+            cur_entries = cur.batch_stats()
+            if base is not None and not broken:
+                ps, cs = base.stats_counts, cur.stats_counts
+                assert ps is not None
+                reloaded = cs[0] < ps[0] or cs[1] < ps[1]
+                pair_base, pair_entries, from_zero = base, base_entries, restarted or reloaded
+            base, base_entries, restarted, broken = cur, cur_entries, False, False
         if kind is PairKind.BREAK:
             # Another source's counters: a new baseline that adds nothing.
             for reason in cur.failure_by_reason:
                 failures.setdefault(reason, 0.0)
             resets += 1
-            prev_entries = cur.batch_stats()
             if cur.stats_counts is not None:
-                batch_ns = batch_ns or 0.0
+                batch_ns = (batch_ns or 0.0) + 0.0
             continue
         reset = kind is PairKind.RESTART
-        ps, cs = prev.stats_counts, cur.stats_counts
-        reloaded = ps is not None and cs is not None and (cs[0] < ps[0] or cs[1] < ps[1])
         sums = list(map(operator.add, sums, cumulative_increases(pc, cc, reset=reset)))
         _add_failures(failures, prev.failure_by_reason, cur.failure_by_reason, reset)
         if reset or reloaded:
             resets += 1
-        cur_entries = cur.batch_stats()
-        if cs is not None:
-            # A pair after a sample without statistics, or across a restart or reload,
-            # counts the batch stats from zero.
-            counted = ps is None or reset or reloaded
-            ns = _add_batches(executions, () if counted else prev_entries, cur_entries)
+        if pair_base is not None:
+            ns = _add_batches(executions, () if from_zero else pair_entries, cur_entries)
             batch_ns = (batch_ns or 0.0) + float(ns)
-        prev_entries = cur_entries
+            batch_seconds += max(cur.collected_at - pair_base.collected_at, 0.0)
+        elif cur.stats_counts is not None:
+            batch_ns = (batch_ns or 0.0) + 0.0  # the series' first statistics: a baseline
     increase = CounterIncrease(
         seconds=seconds,
         counters=dict(zip(MODEL_COUNTERS, sums, strict=True)),
         failure_by_reason=failures,
         batch_compute_ns=batch_ns,
+        batch_seconds=batch_seconds,
         resets=resets,
     )
     return SeriesIncrease(increase, dict(sorted(executions.items())))
