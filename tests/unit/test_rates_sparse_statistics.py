@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from collector.analysis.rates import (
     CounterIncrease,
     CounterTrack,
     counter_increase,
+    metrics_reset,
     rates_between,
     window_batch_stats,
     window_rates,
@@ -37,10 +38,11 @@ T0 = 1_700_000_000.0
 def _series(steps: list[tuple[int, int, bool, bool]]) -> list[ModelSample]:
     """A series read every second: each step runs ``small`` batches of size 1 and
     ``large`` of size 4; ``restart`` starts every counter again (Triton restarted),
-    ``reload`` the statistics' alone (the model reloaded)."""
-    metrics = dict.fromkeys(MODEL_COUNTERS, 0.0)
-    batches: dict[int, list[int]] = {}
-    executions = inferences = 0
+    ``reload`` the statistics' alone (the model reloaded). Before the first step the
+    server has run 500 batches of each size."""
+    metrics = dict.fromkeys(MODEL_COUNTERS, 1000.0)
+    batches = {size: [500, 450_000 * size, 500, 20_000_000 * size, 500, 150_000] for size in (1, 4)}
+    executions, inferences = 1000, 2500
     out = []
     for i, (small, large, restart, reload) in enumerate(steps):
         if restart:
@@ -118,6 +120,9 @@ def test_a_window_read_sparsely_has_the_batch_figures_of_one_read_every_scrape(
     steps: list[tuple[int, int, bool, bool]], every: int, instances: int
 ) -> None:
     dense = _series(steps)
+    # A restart whose counters are back at or above the last reading's by the next
+    # scrape is seen by neither reading (as with Prometheus's counters).
+    assume(all(metrics_reset(dense[i - 1], dense[i]) for i, step in enumerate(steps) if step[2]))
     sparse = _read_every(dense, every, steps)
     assert window_batch_stats(sparse) == window_batch_stats(dense)
     d, s = (
