@@ -20,7 +20,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
@@ -118,7 +117,10 @@ FULL_COLLECTION_EVERY_S = 60.0
 # each full collection.
 SERVICE_MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # from <malloc.h>
+# Python's own thresholds, which ``untune_gc`` puts back.
+_DEFAULT_GC_THRESHOLDS = gc.get_threshold()
 _sweeper: threading.Thread | None = None
+_sweeper_stop = threading.Event()
 
 
 # glibc's; None on another C library.
@@ -126,9 +128,8 @@ _MALLOPT = _libc_function("mallopt")
 _MALLOC_TRIM = _libc_function("malloc_trim")
 
 
-def _collect_fully_forever() -> None:
-    while True:
-        time.sleep(FULL_COLLECTION_EVERY_S)
+def _collect_fully_forever(stop: threading.Event) -> None:
+    while not stop.wait(FULL_COLLECTION_EVERY_S):
         gc.collect()
         if _MALLOC_TRIM is not None:
             _MALLOC_TRIM(0)
@@ -143,5 +144,21 @@ def tune_gc_for_service() -> None:
     if _MALLOPT is not None and "MALLOC_ARENA_MAX" not in os.environ:
         _MALLOPT(_M_ARENA_MAX, SERVICE_MALLOC_ARENAS)
     if _sweeper is None:
-        _sweeper = threading.Thread(target=_collect_fully_forever, name="gc-sweep", daemon=True)
+        _sweeper_stop.clear()
+        _sweeper = threading.Thread(
+            target=_collect_fully_forever, args=(_sweeper_stop,), name="gc-sweep", daemon=True
+        )
         _sweeper.start()
+
+
+def untune_gc() -> None:
+    """Undo ``tune_gc_for_service``'s collection settings: Python's thresholds, and no
+    full collection once a minute. For a process that ran a command in-process and
+    goes on with other work (the test suite), whose timings the sweeper's pauses would
+    otherwise disturb."""
+    global _sweeper
+    gc.set_threshold(*_DEFAULT_GC_THRESHOLDS)
+    if _sweeper is not None:
+        _sweeper_stop.set()
+        _sweeper.join(timeout=5.0)
+        _sweeper = None

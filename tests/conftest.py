@@ -16,6 +16,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
+from collector import process_control
+
 FAKE_NVML_SOURCE = Path(__file__).with_name("fakenvml") / "fake_nvml.c"
 PG_URL_ENV = "BATCHSCOPE_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -27,6 +29,15 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("BATCHSCOPE_") and name != PG_URL_ENV:
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def service_gc_undone() -> Iterator[None]:
+    """A command run in-process (``cli.main``) tunes the garbage collector for a
+    long-running service, process-wide: its sweeper would pause later tests for a full
+    collection once a minute. Undone after each test."""
+    yield
+    process_control.untune_gc()
 
 
 @pytest.fixture

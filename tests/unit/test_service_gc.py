@@ -90,3 +90,22 @@ def test_a_service_keeps_two_malloc_arenas_however_many_threads_allocate(
         )
         heaps[mode] = info.read_text().count("<heap nr=")
     assert heaps["tuned"] <= SERVICE_MALLOC_ARENAS < heaps["untuned"], heaps
+
+
+def test_the_tuning_can_be_undone_in_a_process_that_goes_on() -> None:
+    # In a child process: the thresholds and the sweeper are process-wide.
+    code = (
+        "import gc, threading\n"
+        "from collector import process_control\n"
+        "default = gc.get_threshold()\n"
+        "process_control.tune_gc_for_service()\n"
+        "tuned = gc.get_threshold()\n"
+        "sweeping = any(t.name == 'gc-sweep' for t in threading.enumerate())\n"
+        "process_control.untune_gc()\n"
+        "left = any(t.name == 'gc-sweep' for t in threading.enumerate())\n"
+        "print(tuned != default, sweeping, gc.get_threshold() == default, left)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.split() == ["True", "True", "True", "False"]
