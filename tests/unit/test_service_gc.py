@@ -12,6 +12,14 @@ import pytest
 from collector.process_control import SERVICE_GC_THRESHOLDS, SERVICE_MALLOC_ARENAS
 
 
+def _child_output(code: str) -> str:
+    """What ``code`` prints, run by a child Python: the settings it checks are
+    process-wide."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+
+
 def test_a_batchscope_command_runs_with_the_service_gc_thresholds() -> None:
     # In a child process: the thresholds are process-wide.
     code = (
@@ -20,10 +28,8 @@ def test_a_batchscope_command_runs_with_the_service_gc_thresholds() -> None:
         "cli._run = lambda args: print(gc.get_threshold()) or 0\n"
         "sys.exit(cli.main(['status']))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert out.stdout.strip() == str(SERVICE_GC_THRESHOLDS)
+    out = _child_output(code)
+    assert out.strip() == str(SERVICE_GC_THRESHOLDS)
     assert SERVICE_GC_THRESHOLDS[0] > 700  # above Python's default young threshold
 
 
@@ -40,10 +46,8 @@ def test_the_oldest_generation_is_collected_fully_once_in_a_while() -> None:
         "    time.sleep(0.01)\n"
         "print(gc.get_stats()[2]['collections'] - before)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert int(out.stdout) >= 2
+    out = _child_output(code)
+    assert int(out) >= 2
 
 
 _ARENA_COUNT = """
@@ -105,7 +109,5 @@ def test_the_tuning_can_be_undone_in_a_process_that_goes_on() -> None:
         "left = any(t.name == 'gc-sweep' for t in threading.enumerate())\n"
         "print(tuned != default, sweeping, gc.get_threshold() == default, left)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert out.stdout.split() == ["True", "True", "True", "False"]
+    out = _child_output(code)
+    assert out.split() == ["True", "True", "True", "False"]
