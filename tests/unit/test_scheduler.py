@@ -357,10 +357,11 @@ def test_each_source_keeps_its_interval_and_the_ticks_spread_over_it(tmp_path: P
     # Each source on its own grid: after the first tick, one interval apart on average
     # (a late tick is followed by an early one, not by a shifted grid), and no gap far
     # enough off to be a skipped or doubled tick. A tick held up by a busy machine may
-    # be late, so single gaps get half an interval.
+    # be late, so single gaps get half an interval, and the means a tenth of one: a
+    # skipped or doubled tick among these few moves a mean by an eighth or more.
     steady = [times[1:] for times in by_source.values()]
     mean_gaps = [(t[-1] - t[0]) / (len(t) - 1) for t in steady]
-    assert all(abs(g - interval) < 0.02 for g in mean_gaps), sorted(mean_gaps)[::20]
+    assert all(abs(g - interval) < interval / 10 for g in mean_gaps), sorted(mean_gaps)[::20]
     gaps = [b - a for times in steady for a, b in itertools.pairwise(times)]
     assert all(abs(g - interval) < interval / 2 for g in gaps), sorted(gaps)[:: len(gaps) // 10]
     # Staggered: where in the interval each source's steady ticks fall; no tenth of
