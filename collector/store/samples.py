@@ -215,16 +215,15 @@ class SamplesMixin(TargetsMixin):
         ``model_samples``: the last of that series' samples ``model_samples`` would
         return. What a status shows of a series beyond its rates, read without the rest
         of its samples."""
-        where = [ModelSampleRow.collected_at >= since, ModelSampleRow.collected_at <= until]
-        if with_statistics:
-            where.append(ModelSampleRow.stats_inference_count.is_not(None))
+        span = (ModelSampleRow.collected_at >= since, ModelSampleRow.collected_at <= until)
+        read = (ModelSampleRow.stats_inference_count.is_not(None),) if with_statistics else ()
         newest = (
             select(ModelSampleRow.model_id, func.max(ModelSampleRow.collected_at).label("at"))
-            .where(*where)
+            .where(*span, *read)
             .group_by(ModelSampleRow.model_id)
             .subquery()
         )
-        stmt = _model_samples_select(*where[2:]).join(
+        stmt = _model_samples_select(*read).join(
             newest,
             (newest.c.model_id == ModelSampleRow.model_id)
             & (newest.c.at == ModelSampleRow.collected_at),
