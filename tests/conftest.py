@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -21,6 +24,21 @@ from collector import process_control
 FAKE_NVML_SOURCE = Path(__file__).with_name("fakenvml") / "fake_nvml.c"
 PG_URL_ENV = "BATCHSCOPE_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A test run stopped with SIGTERM (a CI timeout, ``kill``, ``make`` interrupted)
+    stops as Ctrl-C stops it: the fixtures' teardowns still run and stop the servers and
+    commands the tests started, which the default action would leave running."""
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    ):
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 @pytest.fixture(autouse=True)
