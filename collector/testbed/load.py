@@ -158,8 +158,10 @@ async def run_load_async(
     max_in_flight: int = 256,
     request_timeout_s: float = 10.0,
     seed: int | None = None,
+    stop: threading.Event | None = None,
 ) -> LoadResult:
-    """Drive ``model`` at ``grpc_url`` (``host:port``) for ``duration_s`` seconds.
+    """Drive ``model`` at ``grpc_url`` (``host:port``) for ``duration_s`` seconds, or
+    until ``stop`` is set (from any thread), whichever comes first.
 
     Closed loop with ``concurrency`` clients, or open loop at ``rate`` requests/s with
     ``arrivals`` spaced as a Poisson process or evenly; each request carries ``batch``
@@ -174,7 +176,12 @@ async def run_load_async(
     inputs = [grpcclient.InferInput(INPUT_NAME, [batch, INPUT_DIM], "FP32")]
     inputs[0].set_data_from_numpy(data)
     requests = _Requests(
-        client, model, inputs, [grpcclient.InferRequestedOutput(OUTPUT_NAME)], request_timeout_s
+        client,
+        model,
+        inputs,
+        [grpcclient.InferRequestedOutput(OUTPUT_NAME)],
+        request_timeout_s,
+        stop,
     )
     start = requests.loop.time()
     stop_at = start + duration_s
@@ -236,8 +243,15 @@ class _Requests:
     """The requests of one run: one client, one prepared input, one recorder."""
 
     def __init__(
-        self, client: Any, model: str, inputs: list[Any], outputs: list[Any], timeout_s: float
+        self,
+        client: Any,
+        model: str,
+        inputs: list[Any],
+        outputs: list[Any],
+        timeout_s: float,
+        stop: threading.Event | None,
     ) -> None:
+        self._stop = stop
         self._client = client
         self._model = model
         self._inputs = inputs
@@ -245,6 +259,10 @@ class _Requests:
         self._timeout_s = timeout_s
         self.loop = asyncio.get_running_loop()
         self.recorder = _Recorder()
+
+    def stopped(self) -> bool:
+        """The run's own stop, or every run's (the process is stopping)."""
+        return _STOPPING.is_set() or (self._stop is not None and self._stop.is_set())
 
     async def one(self) -> bool:
         """Send one request and record its outcome; True when it succeeded."""
@@ -272,7 +290,7 @@ class _Requests:
 
     async def closed_client(self, stop_at: float) -> None:
         """One closed-loop client: the next request when the last one returned."""
-        while self.loop.time() < stop_at and not _STOPPING.is_set():
+        while self.loop.time() < stop_at and not self.stopped():
             if not await self.one():
                 await asyncio.sleep(_ERROR_BACKOFF_S)
 
@@ -285,7 +303,7 @@ class _Requests:
         in_flight: set[asyncio.Task[bool]] = set()
         next_at = start
         try:
-            while next_at < stop_at and not _STOPPING.is_set():
+            while next_at < stop_at and not self.stopped():
                 now = self.loop.time()
                 if next_at > now:
                     await asyncio.sleep(next_at - now)

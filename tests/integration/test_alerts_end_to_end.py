@@ -118,9 +118,16 @@ def _bodies(receiver: Receiver, status: str) -> list[tuple[float, dict[str, Any]
 def test_queue_saturation_fires_with_the_fix_and_resolves(watched: Watched) -> None:
     receiver = watched.receiver
     result: list[LoadResult] = []
+    stop_load = threading.Event()
     load = threading.Thread(
         target=lambda: result.append(
-            run_load(watched.server.grpc_url, MODEL.name, concurrency=CLIENTS, duration_s=LOAD_S)
+            run_load(
+                watched.server.grpc_url,
+                MODEL.name,
+                concurrency=CLIENTS,
+                duration_s=LOAD_S,
+                stop=stop_load,
+            )
         )
     )
     started = time.time()
@@ -129,10 +136,14 @@ def test_queue_saturation_fires_with_the_fix_and_resolves(watched: Watched) -> N
         wait_until(lambda: bool(_bodies(receiver, "firing")), LOAD_S, "the firing alert")
         fired_seen = time.time()
     finally:
+        # The alert is what the load was for: the rest of LOAD_S would only delay the
+        # resolution.
+        stop_load.set()
         load.join()
     load_ended = time.time()
     (res,) = result
     assert res.errors == 0, res.error_samples
+    assert load_ended - fired_seen < 3.0, "the load went on after it was told to stop"
     wait_until(lambda: bool(_bodies(receiver, "resolved")), 45, "the resolved notification")
     resolved_seen = time.time()
 
