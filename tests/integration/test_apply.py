@@ -33,15 +33,18 @@ MODEL = ModelSpec("m", fixed_ms=4.0, per_sample_ms=0.3, max_batch_size=32)
 
 @contextmanager
 def background_load(server: TritonServer, concurrency: int, seconds: float) -> Iterator[None]:
+    """Load while the block runs: for at most ``seconds``, stopped when it ends."""
+    stop = threading.Event()
     thread = threading.Thread(
         target=run_load,
         args=(server.grpc_url, MODEL.name),
-        kwargs={"concurrency": concurrency, "duration_s": seconds},
+        kwargs={"concurrency": concurrency, "duration_s": seconds, "stop": stop},
     )
     thread.start()
     try:
         yield
     finally:
+        stop.set()
         thread.join()
 
 
