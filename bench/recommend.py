@@ -841,10 +841,11 @@ class Bench:
         # long enough for every call at the slowest the calls are allowed to be.
         settle = window_s + 1.0  # the first call's window holds this load alone
         span = settle + opts.cli_calls * (opts.cli_gap_s + _CLI_LIMIT_S)
+        done = threading.Event()  # the calls took less: the load ends with them
         load = threading.Thread(
             target=run_load,
             args=(self.server.grpc_url, self.case.model),
-            kwargs={"concurrency": row.concurrency, "duration_s": span},
+            kwargs={"concurrency": row.concurrency, "duration_s": span, "stop": done},
             daemon=True,
         )
         load.start()
@@ -866,6 +867,7 @@ class Bench:
                     f"{_cli_basis(out)}"
                 )
         finally:
+            done.set()
             load.join()
 
     def apply(self, rec: Recommendation) -> bool:
