@@ -354,16 +354,21 @@ def test_each_source_keeps_its_interval_and_the_ticks_spread_over_it(tmp_path: P
     for target, at in service.ticks:
         by_source.setdefault(target, []).append(at)
     assert len(by_source) == 200
-    # Each source on its own grid: after the first tick, one interval apart on average
-    # (a late tick is followed by an early one, not by a shifted grid), and no gap far
-    # enough off to be a skipped or doubled tick. A tick held up by a busy machine may
-    # be late, so single gaps get half an interval, and the means a tenth of one: a
-    # skipped or doubled tick among these few moves a mean by an eighth or more.
+    # Each source on its own grid: after the first tick, one interval per grid step on
+    # average (a late tick is followed by an early one, not by a shifted grid), never
+    # two ticks in one step. A tick dispatched more than an interval late (the machine
+    # stalled: CI's shared cores did, once every few runs) goes to the next grid point by
+    # design, so a skipped step is allowed, rarely: in at most 1 % of the gaps.
     steady = [times[1:] for times in by_source.values()]
-    mean_gaps = [(t[-1] - t[0]) / (len(t) - 1) for t in steady]
-    assert all(abs(g - interval) < interval / 10 for g in mean_gaps), sorted(mean_gaps)[::20]
+    step_means = [(t[-1] - t[0]) / max(round((t[-1] - t[0]) / interval), 1) for t in steady]
+    assert all(abs(m - interval) < interval / 10 for m in step_means), (
+        min(step_means),
+        max(step_means),
+    )
     gaps = [b - a for times in steady for a, b in itertools.pairwise(times)]
-    assert all(abs(g - interval) < interval / 2 for g in gaps), sorted(gaps)[:: len(gaps) // 10]
+    assert min(gaps) > interval / 2, sorted(gaps)[:5]  # no doubled tick
+    skipped = sum(max(round(g / interval) - 1, 0) for g in gaps)
+    assert skipped <= len(gaps) // 100, (skipped, len(gaps), sorted(gaps)[-5:])
     # Staggered: where in the interval each source's steady ticks fall; no tenth of
     # the interval holds more than a third of the sources (together: all 200 in one).
     ref = service.ticks[0][1]
