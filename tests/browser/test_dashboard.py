@@ -133,6 +133,8 @@ def test_findings_page_filters_and_links_to_the_model(dash_duo, seeded_store, sc
     dash_duo.wait_for_contains_text(f"#{ids.Findings.LIST}", "run one at a time", timeout=20)
     dash_duo.find_element(f"#{ids.Findings.LIST} a.model-link").click()
     dash_duo.wait_for_text_to_equal(f"#{ids.Model.HEADER} h2", "unbatched", timeout=20)
+    # The page's graphs drawn: their callback done, not cut short by the server's stop.
+    dash_duo.wait_for_element(f"#{ids.Model.DISTRIBUTION} .barlayer .trace", timeout=20)
     assert severe_logs(dash_duo) == []
 
 
