@@ -83,7 +83,7 @@ from collector.config import Settings, target_from_url
 from collector.records import BatcherConfig, Recommendation
 from collector.scheduler import CollectorService, build_sources
 from collector.store import Store
-from collector.testbed.load import LoadResult, run_load
+from collector.testbed.load import LoadResult, load_in_background, run_load
 from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer
 
@@ -841,19 +841,17 @@ class Bench:
         # long enough for every call at the slowest the calls are allowed to be.
         settle = window_s + 1.0  # the first call's window holds this load alone
         span = settle + opts.cli_calls * (opts.cli_gap_s + _CLI_LIMIT_S)
-        done = threading.Event()  # the calls took less: the load ends with them
-        load = threading.Thread(
-            target=run_load,
-            args=(self.server.grpc_url, self.case.model),
-            kwargs={"concurrency": row.concurrency, "duration_s": span, "stop": done},
-            daemon=True,
-        )
-        load.start()
         command = [sys.executable, "-m", "collector.cli", "recommend", "--db", db_url]
         command += ["--model", self.case.model, "--window", f"{window_s:g}", "--json"]
         if row.slo_p95_ms is not None:
             command += ["--slo-p95-ms", f"{row.slo_p95_ms:g}"]
-        try:
+        # The load ends with the last call when the calls took less than the span.
+        with load_in_background(
+            self.server.grpc_url,
+            self.case.model,
+            concurrency=row.concurrency,
+            duration_s=span,
+        ):
             time.sleep(settle)  # the gap since the observation must leave the window
             for i in range(opts.cli_calls):
                 if i:
@@ -866,9 +864,6 @@ class Bench:
                     f"    cli call {i + 1}: {row.cli_call_s[-1]:.2f} s -> {row.cli_advice[-1]}"
                     f"{_cli_basis(out)}"
                 )
-        finally:
-            done.set()
-            load.join()
 
     def apply(self, rec: Recommendation) -> bool:
         """Load ``rec``'s config when it differs from the loaded one; True if it did."""

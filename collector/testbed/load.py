@@ -33,7 +33,7 @@ import numpy as np
 
 from collector.testbed.models import INPUT_DIM, INPUT_NAME, OUTPUT_NAME
 
-__all__ = ["LoadResult", "run_load", "run_load_async"]
+__all__ = ["LoadResult", "load_in_background", "run_load", "run_load_async"]
 
 Arrivals = Literal["poisson", "constant"]
 _P = ParamSpec("_P")
@@ -439,3 +439,24 @@ def _blocking(coroutine_fn: Callable[_P, Coroutine[Any, Any, _T]]) -> Callable[_
 # Any number of threads may call it at once: their runs share one event loop.
 run_load = _blocking(run_load_async)
 run_load.__name__ = run_load.__qualname__ = "run_load"
+
+
+@contextlib.contextmanager
+def load_in_background(grpc_url: str, model: str, **options: Any) -> Iterator[list[LoadResult]]:
+    """``run_load(grpc_url, model, **options)`` on a thread of its own while the block
+    runs: for at most ``duration_s``, stopped when the block ends (its ``stop``),
+    joined before the block's exit returns. Yields a list that holds the run's result
+    once the block has ended (empty if the run raised)."""
+    stop = threading.Event()
+    results: list[LoadResult] = []
+    thread = threading.Thread(
+        target=lambda: results.append(run_load(grpc_url, model, stop=stop, **options)),
+        name=f"load-{model}",
+        daemon=True,
+    )
+    thread.start()
+    try:
+        yield results
+    finally:
+        stop.set()
+        thread.join()

@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import yaml
 
 from alerts.rules import RULES
 from collector.store import Store
-from collector.testbed.load import LoadResult, run_load
+from collector.testbed.load import load_in_background
 from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer
 from tests.alert_support import SECRET, Receiver
@@ -117,29 +116,14 @@ def _bodies(receiver: Receiver, status: str) -> list[tuple[float, dict[str, Any]
 
 def test_queue_saturation_fires_with_the_fix_and_resolves(watched: Watched) -> None:
     receiver = watched.receiver
-    result: list[LoadResult] = []
-    stop_load = threading.Event()
-    load = threading.Thread(
-        target=lambda: result.append(
-            run_load(
-                watched.server.grpc_url,
-                MODEL.name,
-                concurrency=CLIENTS,
-                duration_s=LOAD_S,
-                stop=stop_load,
-            )
-        )
-    )
     started = time.time()
-    load.start()
-    try:
+    # Stopped once the alert fired (the block's end): the alert is what the load was
+    # for, and the rest of LOAD_S would only delay the resolution.
+    with load_in_background(
+        watched.server.grpc_url, MODEL.name, concurrency=CLIENTS, duration_s=LOAD_S
+    ) as result:
         wait_until(lambda: bool(_bodies(receiver, "firing")), LOAD_S, "the firing alert")
         fired_seen = time.time()
-    finally:
-        # The alert is what the load was for: the rest of LOAD_S would only delay the
-        # resolution.
-        stop_load.set()
-        load.join()
     load_ended = time.time()
     (res,) = result
     assert res.errors == 0, res.error_samples

@@ -21,7 +21,7 @@ from collector.analysis.configs import config_changes, config_with, render_pbtxt
 from collector.config import ApplySettings, target_from_url
 from collector.records import BatcherConfig, Prediction, Recommendation
 from collector.store import Store
-from collector.testbed.load import run_load
+from collector.testbed.load import load_in_background
 from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer
 from dashboard.actions import ActionRefused, ConfigActions
@@ -34,18 +34,10 @@ MODEL = ModelSpec("m", fixed_ms=4.0, per_sample_ms=0.3, max_batch_size=32)
 @contextmanager
 def background_load(server: TritonServer, concurrency: int, seconds: float) -> Iterator[None]:
     """Load while the block runs: for at most ``seconds``, stopped when it ends."""
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=run_load,
-        args=(server.grpc_url, MODEL.name),
-        kwargs={"concurrency": concurrency, "duration_s": seconds, "stop": stop},
-    )
-    thread.start()
-    try:
+    with load_in_background(
+        server.grpc_url, MODEL.name, concurrency=concurrency, duration_s=seconds
+    ):
         yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
