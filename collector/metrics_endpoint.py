@@ -20,7 +20,6 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import PurePath
 from urllib.parse import urlsplit, urlunsplit
 
 import psutil
@@ -28,7 +27,7 @@ import requests
 
 from collector.config import DEFAULT_METRICS_PORT, TargetSettings, target_from_url
 from collector.errors import ConfigError
-from collector.sources.host import SERVER_NAME, http_port_of
+from collector.sources.host import SERVER_NAME, http_port_of, program_name
 from collector.store import TargetState
 
 __all__ = ["FoundMetrics", "MetricsCandidate", "find_metrics_target", "process_metrics_url"]
@@ -84,7 +83,7 @@ def _servers(
     for proc in processes():
         try:
             cmdline = proc.cmdline()
-            if cmdline and (proc.name() == SERVER_NAME or PurePath(cmdline[0]).name == SERVER_NAME):
+            if cmdline and (proc.name() == SERVER_NAME or program_name(cmdline[0]) == SERVER_NAME):
                 yield proc.pid, cmdline
         except psutil.Error:
             continue

@@ -21,7 +21,6 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import PurePath
 from urllib.parse import urlsplit
 
 import psutil
@@ -31,7 +30,15 @@ from collector.errors import TargetDown
 from collector.records import HostFacts, ProcessSample
 from collector.sources.base import SourceSpec, register_source
 
-__all__ = ["HostSource", "StubIdentity", "http_port_of", "server_cpu_count", "stub_identity"]
+__all__ = [
+    "HostSource",
+    "StubIdentity",
+    "http_port_of",
+    "path_parts",
+    "program_name",
+    "server_cpu_count",
+    "stub_identity",
+]
 
 SERVER_NAME = "tritonserver"
 STUB_NAME = "triton_python_backend_stub"
@@ -44,13 +51,37 @@ class StubIdentity:
     instance_name: str | None
 
 
+def path_parts(arg: str) -> list[str]:
+    """The components of the POSIX path ``arg`` below its root, as
+    ``PurePosixPath(arg).parts`` names them (empty and ``.`` components dropped).
+
+    String work, not pathlib: the host is read every tick, every process's command line
+    with it, and pathlib interns each component it parses. Strings interned and freed
+    again each second churn the interpreter's table of interned strings, which then
+    grows by a 1.8 MiB step after about ten minutes of ``serve``."""
+    return [part for part in arg.split("/") if part and part != "."]
+
+
+def program_name(arg: str) -> str:
+    """The last component of the path ``arg`` (``PurePosixPath(arg).name``)."""
+    parts = path_parts(arg)
+    return parts[-1] if parts else ""
+
+
 def stub_identity(cmdline: Sequence[str]) -> StubIdentity:
     """Model and instance name from a stub's command line (see the module docstring)."""
     model = None
     for arg in cmdline[1:]:
-        path = PurePath(arg)
-        if path.suffix == ".py" and len(path.parts) >= 3 and path.parent.name.isdigit():
-            model = path.parent.parent.name
+        # <repo>/<model>/<version>/model.py: a ".py" name (more than the suffix) in a
+        # numbered folder, three components at least counting the root.
+        parts = path_parts(arg)
+        if (
+            len(parts) + arg.startswith("/") >= 3
+            and len(parts[-1]) > 3
+            and parts[-1].endswith(".py")
+            and parts[-2].isdigit()
+        ):
+            model = parts[-3] if len(parts) >= 3 else ""
             break
     instance = cmdline[-2] if len(cmdline) >= 3 else None
     if instance is not None and model is None and "_" in instance:
@@ -132,7 +163,7 @@ class HostSource:
             try:
                 cmdline = proc.cmdline()
                 if proc.name() != SERVER_NAME and not (
-                    cmdline and PurePath(cmdline[0]).name == SERVER_NAME
+                    cmdline and program_name(cmdline[0]) == SERVER_NAME
                 ):
                     continue
                 if http_port_of(cmdline) == self._port:

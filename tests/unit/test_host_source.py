@@ -7,13 +7,23 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import PurePosixPath
 
 import psutil
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collector.config import target_from_url
 from collector.records import HostFacts, ProcessSample
-from collector.sources.host import HostSource, http_port_of, stub_identity
+from collector.sources.host import (
+    HostSource,
+    StubIdentity,
+    http_port_of,
+    path_parts,
+    program_name,
+    stub_identity,
+)
 from tests.support import wait_until
 
 # As recorded from the CPU testbed (`ps -o args`), with the temporary folder renamed.
@@ -41,6 +51,51 @@ def test_stub_identity_falls_back_to_the_instance_name() -> None:
     identity = stub_identity(["stub", "no-model-path-here", "my_model_1_3", "DEFAULT"])
     assert identity.instance_name == "my_model_1_3"
     assert identity.model == "my_model"
+
+
+def pathlib_stub_identity(cmdline: list[str]) -> StubIdentity:
+    """``stub_identity`` as it read paths through pathlib: the reference."""
+    model = None
+    for arg in cmdline[1:]:
+        path = PurePosixPath(arg)
+        if path.suffix == ".py" and len(path.parts) >= 3 and path.parent.name.isdigit():
+            model = path.parent.parent.name
+            break
+    instance = cmdline[-2] if len(cmdline) >= 3 else None
+    if instance is not None and model is None and "_" in instance:
+        model = instance.rsplit("_", 2)[0]
+    return StubIdentity(model=model, instance_name=instance)
+
+
+# Paths made of the pieces that matter: slashes (single, double, leading, trailing),
+# dots, digits, ".py" names and plain names.
+_PIECES = ["/", "//", ".", "..", "1", "12", "m", "model.py", ".py", "..py", "a.py.", "x"]
+_PATH = st.lists(st.sampled_from(_PIECES), max_size=8).map("".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(_PATH, min_size=0, max_size=5))
+def test_command_lines_read_as_pathlib_reads_them(cmdline: list[str]) -> None:
+    for arg in cmdline:
+        path = PurePosixPath(arg)
+        assert path_parts(arg) == list(path.parts[1:] if path.root else path.parts)
+        assert program_name(arg) == path.name
+    assert stub_identity(cmdline) == pathlib_stub_identity(cmdline)
+
+
+def test_reading_command_lines_interns_no_string(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host is read every tick, every process's command line with it: strings
+    interned and freed each second churn the interpreter's table of interned strings
+    (pathlib interns every component it parses), which grew ``serve`` by 1.8 MiB."""
+    interned: list[str] = []
+    monkeypatch.setattr(sys, "intern", lambda text: interned.append(text) or text)
+    identity = stub_identity(STUB_CMDLINE)
+    name = program_name("/opt/tritonserver/bin/tritonserver")
+    assert interned == []
+    assert (identity.model, name) == ("batched", "tritonserver")
+    # The check can fail: the reference, through pathlib, interns each component.
+    assert pathlib_stub_identity(STUB_CMDLINE) == identity
+    assert "batched" in interned
 
 
 def test_http_port_of_server_command_line() -> None:
