@@ -73,7 +73,7 @@ _PIECES = ["/", "//", ".", "..", "1", "12", "m", "model.py", ".py", "..py", "a.p
 _PATH = st.lists(st.sampled_from(_PIECES), max_size=8).map("".join)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(_PATH, min_size=0, max_size=5))
 def test_command_lines_read_as_pathlib_reads_them(cmdline: list[str]) -> None:
     for arg in cmdline:
