@@ -27,7 +27,7 @@ import requests
 
 from collector.config import DEFAULT_METRICS_PORT, TargetSettings, target_from_url
 from collector.errors import ConfigError
-from collector.sources.host import SERVER_NAME, http_port_of, program_name
+from collector.sources.host import http_port_of, is_server_process
 from collector.store import TargetState
 
 __all__ = ["FoundMetrics", "MetricsCandidate", "find_metrics_target", "process_metrics_url"]
@@ -83,7 +83,7 @@ def _servers(
     for proc in processes():
         try:
             cmdline = proc.cmdline()
-            if cmdline and (proc.name() == SERVER_NAME or program_name(cmdline[0]) == SERVER_NAME):
+            if cmdline and is_server_process(proc, cmdline):
                 yield proc.pid, cmdline
         except psutil.Error:
             continue

@@ -34,6 +34,7 @@ __all__ = [
     "HostSource",
     "StubIdentity",
     "http_port_of",
+    "is_server_process",
     "path_parts",
     "program_name",
     "server_cpu_count",
@@ -66,6 +67,12 @@ def program_name(arg: str) -> str:
     """The last component of the path ``arg`` (``PurePosixPath(arg).name``)."""
     parts = path_parts(arg)
     return parts[-1] if parts else ""
+
+
+def is_server_process(proc: psutil.Process, cmdline: Sequence[str]) -> bool:
+    """Whether ``proc`` (whose command line is ``cmdline``) is a Triton server: by its
+    process name, or by the program its command line runs."""
+    return proc.name() == SERVER_NAME or (bool(cmdline) and program_name(cmdline[0]) == SERVER_NAME)
 
 
 def stub_identity(cmdline: Sequence[str]) -> StubIdentity:
@@ -162,9 +169,7 @@ class HostSource:
         for proc in self._processes():
             try:
                 cmdline = proc.cmdline()
-                if proc.name() != SERVER_NAME and not (
-                    cmdline and program_name(cmdline[0]) == SERVER_NAME
-                ):
+                if not is_server_process(proc, cmdline):
                     continue
                 if http_port_of(cmdline) == self._port:
                     return proc
