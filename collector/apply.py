@@ -313,14 +313,12 @@ def stored_recommendation(
 ) -> tuple[int, Recommendation] | None:
     """The stored recommendation ``recommendation_id`` for ``model`` on ``target``
     (default: the latest) with its id, or None when there is none."""
-    stored = [
-        r
-        for r in store.recommendations(target=target, model=model)
-        if recommendation_id is None or r.id == recommendation_id
-    ]
-    if not stored:
-        return None
-    return stored[-1].id, stored[-1].recommendation
+    if recommendation_id is None:
+        found = store.latest_recommendation(target, model)
+    else:
+        stored = store.recommendations(target=target, model=model)
+        found = next((r for r in stored if r.id == recommendation_id), None)
+    return None if found is None else (found.id, found.recommendation)
 
 
 def apply_recommendation(

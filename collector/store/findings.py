@@ -209,6 +209,22 @@ class FindingsMixin(Database):
         with self._read() as session:
             return [_stored_recommendation(r) for r in session.execute(stmt).mappings()]
 
+    def latest_recommendation(self, target: str, model: str) -> StoredRecommendation | None:
+        """The latest recommendation for ``model`` on ``target`` (the last one
+        ``recommendations`` lists for it), or None: one row through the (target, model,
+        created_at) index, where reading them all to keep the last grew with the store's
+        history (a page view, a recommender pass)."""
+        table = RecommendationRow.__table__.c
+        stmt = (
+            select(*columns(RecommendationRow))
+            .where(table.target == target, table.model == model)
+            .order_by(table.created_at.desc(), table.id.desc())
+            .limit(1)
+        )
+        with self._read() as session:
+            row = session.execute(stmt).mappings().first()
+        return None if row is None else _stored_recommendation(row)
+
     def latest_recommendations(self) -> list[StoredRecommendation]:
         """The latest recommendation of each (target, model) — the last one
         ``recommendations`` lists for it — ordered by target and model: one row per

@@ -118,10 +118,8 @@ def service_time(
 
 
 def latest_recommendation(store: Store, target: str, model: str) -> RecommendationView | None:
-    stored = store.recommendations(target=target, model=model)
-    if not stored:
-        return None
-    return recommendation_view(stored[-1])
+    latest = store.latest_recommendation(target, model)
+    return None if latest is None else recommendation_view(latest)
 
 
 def shown_figures(rec: Recommendation) -> tuple[Prediction, Prediction, float | None]:

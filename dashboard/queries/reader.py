@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from collector.analysis.health import target_healths
 from collector.errors import ConfigError
-from collector.store import Store, StoredFinding, StoredRecommendation
+from collector.store import Store, StoredFinding
 from dashboard.queries import model as model_parts
 from dashboard.queries.alerts import read_alerts
 from dashboard.queries.devices import read_devices
@@ -181,11 +181,11 @@ class DashboardQueries:
         the store could not be read."""
 
         def read(store: Store) -> tuple[list[RecommendationView], str | None]:
-            latest: dict[tuple[str, str], StoredRecommendation] = {}
-            for r in store.recommendations():
-                latest[(r.target, r.model)] = r  # oldest first: the last one wins
             worst = model_parts.worst_open_severity(store.active_findings())
-            views = [model_parts.recommendation_view(r, worst.get(k)) for k, r in latest.items()]
+            views = [
+                model_parts.recommendation_view(r, worst.get((r.target, r.model)))
+                for r in store.latest_recommendations()
+            ]
             views.sort(
                 key=lambda v: (
                     severity_rank(v.severity),

@@ -42,10 +42,9 @@ _EXACT = ("config", "slo_p95_ms", "population", "request_batch", "load")
 def standing_recommendation(store: Store, obs: Observation) -> Recommendation | None:
     """The latest stored recommendation for ``obs``'s model when it was made for the
     config now running and is still open; else None."""
-    stored = store.recommendations(target=obs.target, model=obs.model)
-    if not stored:
+    latest = store.latest_recommendation(obs.target, obs.model)
+    if latest is None:
         return None
-    latest = stored[-1]
     rec = latest.recommendation
     if latest.status != "open" or rec.current_config != obs.batcher:
         return None
