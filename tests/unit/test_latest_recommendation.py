@@ -63,9 +63,7 @@ def test_the_latest_is_the_last_that_recommendations_lists(store: Store) -> None
     assert store.latest_recommendation(TARGET, "c") is None
 
 
-def test_pages_and_apply_read_no_history(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_pages_and_apply_read_no_history(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a long history stored, the recommendations page, the model page and
     ``apply`` show the latest of each model without listing the history."""
     for i in range(50):
