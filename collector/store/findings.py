@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import ColumnElement, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from collector.records import Finding, Recommendation
@@ -197,7 +197,7 @@ class FindingsMixin(Database):
     ) -> list[StoredRecommendation]:
         """Recommendations, oldest first."""
         table = RecommendationRow.__table__.c
-        stmt = select(*columns(RecommendationRow)).order_by(table.created_at, table.id)
+        stmt = select(*columns(RecommendationRow)).order_by(*_oldest_first())
         for column, wanted in (
             ("target", target),
             ("model", model),
@@ -218,7 +218,7 @@ class FindingsMixin(Database):
         stmt = (
             select(*columns(RecommendationRow))
             .where(table.target == target, table.model == model)
-            .order_by(table.created_at.desc(), table.id.desc())
+            .order_by(*_newest_first())
             .limit(1)
         )
         with self._read() as session:
@@ -234,7 +234,7 @@ class FindingsMixin(Database):
             func.row_number()
             .over(
                 partition_by=(table.target, table.model),
-                order_by=(table.created_at.desc(), table.id.desc()),
+                order_by=_newest_first(),
             )
             .label("newest_first")
         )
@@ -254,6 +254,17 @@ def _get(session: Session, table: type[Any], row_id: int, what: str) -> Any:
     if row is None:
         raise KeyError(f"no {what} with id {row_id}")
     return row
+
+
+def _oldest_first() -> tuple[ColumnElement[Any], ...]:
+    """The order of recommendations: by creation time, a tie going to the later
+    insert. "The latest" everywhere is the last one in this order."""
+    table = RecommendationRow.__table__.c
+    return table.created_at, table.id
+
+
+def _newest_first() -> tuple[ColumnElement[Any], ...]:
+    return tuple(column.desc() for column in _oldest_first())
 
 
 def _stored_recommendation(row: RowValues) -> StoredRecommendation:
