@@ -12,9 +12,11 @@ from __future__ import annotations
 import functools
 import operator
 from dataclasses import dataclass, field, fields
+from typing import Final
 
 __all__ = [
     "MODEL_COUNTERS",
+    "SEVERITY_ORDER",
     "BatchStat",
     "BatcherConfig",
     "ConfigChange",
@@ -393,6 +395,11 @@ class ModelSample:
 
 
 # --------------------------------------------------------------------------- analysis
+
+
+#: Finding severities, most severe first: the order the findings page lists them in,
+#: in Python (``dashboard.queries.views.severity_rank``) and in SQL (the store's).
+SEVERITY_ORDER: Final = {"critical": 0, "warning": 1, "info": 2}
 
 
 @dataclass(frozen=True)

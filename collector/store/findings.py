@@ -8,10 +8,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, insert, select
+from sqlalchemy import ColumnElement, case, delete, func, insert, or_, select
 from sqlalchemy.orm import Session
 
-from collector.records import Finding, Recommendation
+from collector.records import SEVERITY_ORDER, Finding, Recommendation
 from collector.store.engine import Database
 from collector.store.mapping import (
     RowValues,
@@ -94,6 +94,60 @@ class FindingsMixin(Database):
             stmt = stmt.where(FindingRow.kind == kind)
         with self._read() as session:
             return [record_from(StoredFinding, r) for r in session.execute(stmt).mappings()]
+
+    def finding_events(
+        self,
+        *,
+        since: float,
+        target: str | None = None,
+        subject: str | None = None,
+        kind: str | None = None,
+        severity: str | None = None,
+        state: str = "all",
+        limit: int | None = None,
+    ) -> list[StoredFinding]:
+        """Findings open now or created at or after ``since`` that match the filters
+        (``state``: ``"active"``, ``"past"`` or ``"all"``), the open ones first, then the
+        most severe (``SEVERITY_ORDER``, unknown ones last), then the newest; at most
+        ``limit``. The findings page's read: however many findings a week holds, it
+        reads the rows it shows."""
+        if state not in _FINDING_STATES:
+            raise ValueError(f"state must be one of {sorted(_FINDING_STATES)}, got {state!r}")
+        stmt = (
+            select(*columns(FindingRow))
+            .where(_open_or_since(since))
+            .order_by(
+                FindingRow.resolved_at.is_not(None),
+                case(SEVERITY_ORDER, value=FindingRow.severity, else_=len(SEVERITY_ORDER)),
+                FindingRow.created_at.desc(),
+                FindingRow.id.desc(),
+            )
+            .limit(limit)
+        )
+        for column, value in (
+            (FindingRow.target, target),
+            (FindingRow.subject, subject),
+            (FindingRow.kind, kind),
+            (FindingRow.severity, severity),
+        ):
+            if value is not None:
+                stmt = stmt.where(column == value)
+        if state != "all":
+            resolved = FindingRow.resolved_at
+            stmt = stmt.where(resolved.is_(None) if state == "active" else resolved.is_not(None))
+        with self._read() as session:
+            return [record_from(StoredFinding, r) for r in session.execute(stmt).mappings()]
+
+    def finding_facets(self, *, since: float) -> list[tuple[str, str, str, str]]:
+        """The distinct (target, subject, kind, severity) of the findings open now or
+        created at or after ``since``: what the findings page's filters offer."""
+        stmt = (
+            select(FindingRow.target, FindingRow.subject, FindingRow.kind, FindingRow.severity)
+            .where(_open_or_since(since))
+            .distinct()
+        )
+        with self._read() as session:
+            return [(t, s, k, v) for t, s, k, v in session.execute(stmt)]
 
     def update_finding(
         self,
@@ -254,6 +308,13 @@ def _get(session: Session, table: type[Any], row_id: int, what: str) -> Any:
     if row is None:
         raise KeyError(f"no {what} with id {row_id}")
     return row
+
+
+_FINDING_STATES = frozenset({"active", "past", "all"})
+
+
+def _open_or_since(since: float) -> ColumnElement[bool]:
+    return or_(FindingRow.resolved_at.is_(None), FindingRow.created_at >= since)
 
 
 def _oldest_first() -> tuple[ColumnElement[Any], ...]:

@@ -4,51 +4,83 @@ ordered (open ones first, the most severe first, newest first)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from collector.store import Store, StoredFinding
 from dashboard.queries.views import EventsView, is_open, severity_rank
 
-__all__ = ["EVENT_READERS", "model_findings", "read_events"]
+__all__ = [
+    "EVENTS_SHOWN",
+    "EVENT_READERS",
+    "EventQuery",
+    "EventsRead",
+    "model_findings",
+    "page_order",
+    "read_events",
+]
 
 
-def _findings_since(store: Store, since: float) -> list[StoredFinding]:
-    seen = {f.id: f for f in store.findings(since=since)}
-    seen.update({f.id: f for f in store.active_findings()})
-    return list(seen.values())
+#: The most events the page lists.
+EVENTS_SHOWN: Final = 500
 
 
-#: Each reader turns one kind of stored event into findings-shaped events since a time.
-EVENT_READERS: Final[tuple[Callable[[Store, float], list[StoredFinding]], ...]] = (_findings_since,)
+@dataclass(frozen=True)
+class EventQuery:
+    """What the findings page asks for: events open now or since ``since`` that match
+    the filters (``None``: any), ``state`` ``"active"``, ``"past"`` or ``"all"``."""
+
+    since: float
+    target: str | None = None
+    subject: str | None = None
+    kind: str | None = None
+    severity: str | None = None
+    state: str = "active"
 
 
-def read_events(
-    store: Store,
-    *,
-    since: float,
-    target: str | None,
-    subject: str | None,
-    kind: str | None,
-    severity: str | None,
-    state: str,
-) -> EventsView:
-    every = [e for read in EVENT_READERS for e in read(store, since)]
-    chosen = [
-        e
-        for e in every
-        if (target is None or e.target == target)
-        and (subject is None or e.subject == subject)
-        and (kind is None or e.kind == kind)
-        and (severity is None or e.severity == severity)
-        and (state == "all" or (state == "active") == is_open(e))
-    ]
-    chosen.sort(key=lambda e: (not is_open(e), severity_rank(e.severity), -e.created_at, -e.id))
+@dataclass(frozen=True)
+class EventsRead:
+    """One kind of event's share of the page: at most ``limit`` of its matching events
+    in the page's order, and the (target, subject, kind, severity) its events offer to
+    the filters."""
+
+    events: list[StoredFinding]
+    facets: list[tuple[str, str, str, str]]
+
+
+def _findings(store: Store, query: EventQuery, limit: int) -> EventsRead:
+    events = store.finding_events(
+        since=query.since,
+        target=query.target,
+        subject=query.subject,
+        kind=query.kind,
+        severity=query.severity,
+        state=query.state,
+        limit=limit,
+    )
+    return EventsRead(events, store.finding_facets(since=query.since))
+
+
+#: Each reader reads one kind of stored event for a query, at most ``limit`` of them:
+#: the page's read stays the size of the page, however long the history.
+EVENT_READERS: Final[tuple[Callable[[Store, EventQuery, int], EventsRead], ...]] = (_findings,)
+
+
+def page_order(event: StoredFinding) -> tuple[bool, int, float, int]:
+    """Open ones first, the most severe first, then newest first."""
+    return (not is_open(event), severity_rank(event.severity), -event.created_at, -event.id)
+
+
+def read_events(store: Store, query: EventQuery) -> EventsView:
+    reads = [read(store, query, EVENTS_SHOWN) for read in EVENT_READERS]
+    events = sorted((e for r in reads for e in r.events), key=page_order)[:EVENTS_SHOWN]
+    facets = {facet for r in reads for facet in r.facets}
     return EventsView(
-        events=chosen[:500],
-        targets=sorted({e.target for e in every}),
-        subjects=sorted({e.subject for e in every}),
-        kinds=sorted({e.kind for e in every}),
-        severities=sorted({e.severity for e in every}, key=severity_rank),
+        events=events,
+        targets=sorted({f[0] for f in facets}),
+        subjects=sorted({f[1] for f in facets}),
+        kinds=sorted({f[2] for f in facets}),
+        severities=sorted({f[3] for f in facets}, key=severity_rank),
     )
 
 

@@ -18,7 +18,7 @@ from collector.store import Store, StoredFinding
 from dashboard.queries import model as model_parts
 from dashboard.queries.alerts import read_alerts
 from dashboard.queries.devices import read_devices
-from dashboard.queries.events import model_findings, read_events
+from dashboard.queries.events import EventQuery, model_findings, read_events
 from dashboard.queries.overview import read_overview
 from dashboard.queries.series import series_and_distribution
 from dashboard.queries.views import (
@@ -216,12 +216,14 @@ class DashboardQueries:
             "events",
             lambda s: read_events(
                 s,
-                since=at - since_s,
-                target=target,
-                subject=subject,
-                kind=kind,
-                severity=severity,
-                state=state,
+                EventQuery(
+                    since=at - since_s,
+                    target=target,
+                    subject=subject,
+                    kind=kind,
+                    severity=severity,
+                    state=state,
+                ),
             ),
             lambda error: EventsView(error=error),
         )

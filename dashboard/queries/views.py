@@ -15,7 +15,7 @@ from typing import Final
 
 from collector.analysis.health import Health, HealthState
 from collector.analysis.status import ModelStatus
-from collector.records import DeviceSample, HostFacts, Prediction
+from collector.records import SEVERITY_ORDER, DeviceSample, HostFacts, Prediction
 from collector.store import StoredFinding, StoredModelConfig, StoredRecommendation, TargetState
 from collector.store.alerts import AlertState, Notification, Silence
 
@@ -47,10 +47,6 @@ def parse_range(name: str | None) -> tuple[str, float]:
 def is_open(finding: StoredFinding) -> bool:
     """The finding still holds (it has not been resolved)."""
     return finding.resolved_at is None
-
-
-#: Finding severities, most severe first.
-SEVERITY_ORDER: Final = {"critical": 0, "warning": 1, "info": 2}
 
 
 def severity_rank(severity: str | None) -> int:
