@@ -2,9 +2,10 @@
 
 Fills a SQLite store (or ``--db URL``) the way a week of collection leaves it: 20
 models scraped every 5 s for 7 days through ``Store.write_triton``, with the
-housekeeping's rollups every simulated hour, plus findings and a recommendation per
-model; two GPUs (one split into two MIG instances) every 5 s for the week, and one
-model-instance process per model for the last 6 h. Then it times what each page's
+housekeeping's rollups every simulated hour, an episode (a finding resolved after ten
+minutes) per model and hour, plus an open finding and a recommendation per model; two
+GPUs (one split into two MIG instances) every 5 s for the week, and one model-instance
+process per model for the last 6 h. Then it times what each page's
 callbacks do — the query module's read and the figure/component builds, serialised as
 Dash would send them — ``--repeat`` times each, and prints the p50, p95 and max per
 callback against the 1 s target.
@@ -124,6 +125,25 @@ def _process_tick(models: int) -> list[ProcessSample]:
     ]
 
 
+def _past_findings(store: Store, loads: Sequence[Load], hour_start: float) -> None:
+    """An episode per model in the hour from ``hour_start``, resolved after ten minutes:
+    a week of them is what the findings page reads over (3,360 for 20 models)."""
+    for i, load in enumerate(loads):
+        created = hour_start + (i * 163) % 3000
+        finding = store.add_finding(
+            kind=("queue_saturation", "idle_capacity", "batching_off")[i % 3],
+            severity="critical" if i % 5 == 0 else "warning",
+            target=TARGET,
+            subject=load.config.model,
+            summary="synthetic episode",
+            window_start=created - 60,
+            window_end=created,
+            evidence={"queue_share": 0.6, "p95_ms": 40.0},
+            created_at=created,
+        )
+        store.resolve_finding(finding, created + 600)
+
+
 def fill(url: str, *, days: float, step: float, models: int, end: float) -> None:
     store = Store(url)
     try:
@@ -143,6 +163,7 @@ def fill(url: str, *, days: float, step: float, models: int, end: float) -> None
                 if end - at <= 6 * hour:  # the devices page reads processes that far back
                     store.write_processes(HOST, at, _process_tick(models))
             store.rollup(chunk + seconds, bucket_s=300.0)
+            _past_findings(store, loads, chunk)
             chunk += seconds + step
             done = (chunk - start) / (end - start)
             print(
