@@ -11,8 +11,6 @@ distinct tuples (``Store.finding_facets``).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -24,20 +22,6 @@ T0 = 1_700_000_000.0
 WEEK = 7 * 24 * 3600.0
 NOW = T0 + WEEK
 SINCE = NOW - WEEK
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    url = (
-        f"sqlite:///{tmp_path / 'f.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("pg_url")
-    )
-    s = Store(url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _fill(store: Store, count: int, seed: int) -> None:

@@ -8,9 +8,6 @@ last entry made each of them cost more, and hold more memory, the longer serve r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from collector.apply import stored_recommendation
@@ -21,20 +18,6 @@ from dashboard.queries.model import latest_recommendation
 
 T0 = 1_700_000_000.0
 TARGET = "triton-a"
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    url = (
-        f"sqlite:///{tmp_path / 'r.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("pg_url")
-    )
-    s = Store(url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _store(s: Store, model: str, created_at: float, qps: float) -> int:
