@@ -55,18 +55,28 @@ def fill(store: Store, findings: int, models: int, seed: int = 1) -> None:
             store.resolve_finding(fid, created + 300)
 
 
-def whole_week(store: Store, state: str) -> list[StoredFinding]:
-    """The read the page made before: every finding of the week and every open one."""
-    every = {f.id: f for f in store.findings(since=NOW - WEEK_S)}
+def whole_week(
+    store: Store,
+    since: float,
+    *,
+    state: str = "all",
+    limit: int | None = EVENTS_SHOWN,
+    **filters: str,
+) -> tuple[list[StoredFinding], set[tuple[str, str, str, str]]]:
+    """The read the page made before: every finding created since ``since`` and every
+    open one, as records, filtered, sorted and cut in Python; and the filters' choices
+    (target, subject, kind, severity) of all of them. The reference the page's read is
+    checked against, here and in the tests."""
+    every = {f.id: f for f in store.findings(since=since)}
     every.update({f.id: f for f in store.active_findings()})
     chosen = [
         f
         for f in every.values()
-        if state == "all" or (state == "active") == (f.resolved_at is None)
+        if all(getattr(f, name) == value for name, value in filters.items())
+        and (state == "all" or (state == "active") == (f.resolved_at is None))
     ]
     facets = {(f.target, f.subject, f.kind, f.severity) for f in every.values()}
-    assert facets  # built, as the page builds its filters' choices
-    return sorted(chosen, key=page_order)[:EVENTS_SHOWN]
+    return sorted(chosen, key=page_order)[:limit], facets
 
 
 def measure(read: Callable[[], object], repeat: int) -> tuple[float, float]:
@@ -105,9 +115,13 @@ def main() -> None:
         for state in ("active", "all"):
             shown = queries.events(state=state)
             assert shown.error is None, shown.error
-            assert shown.events == whole_week(store, state), "the two reads differ"
+            assert shown.events == whole_week(store, NOW - WEEK_S, state=state)[0], (
+                "the reads differ"
+            )
             page_s, page_peak = measure(functools.partial(queries.events, state=state), args.repeat)
-            week_s, week_peak = measure(functools.partial(whole_week, store, state), args.repeat)
+            week_s, week_peak = measure(
+                functools.partial(whole_week, store, NOW - WEEK_S, state=state), args.repeat
+            )
             print(
                 f"{state:7} {len(shown.events):5d} {page_s * 1e3:8.1f} {week_s * 1e3:8.1f}"
                 f" {week_s / page_s:6.1f} {page_peak / 2**20:9.2f} {week_peak / 2**20:9.2f}"

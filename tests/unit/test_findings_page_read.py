@@ -14,9 +14,10 @@ import random
 
 import pytest
 
+from bench.findings_page import whole_week
 from collector.store import Store, StoredFinding
 from dashboard.queries import DashboardQueries
-from dashboard.queries.events import EVENTS_SHOWN, page_order
+from dashboard.queries.events import EVENTS_SHOWN
 
 T0 = 1_700_000_000.0
 WEEK = 7 * 24 * 3600.0
@@ -46,26 +47,6 @@ def _fill(store: Store, count: int, seed: int) -> None:
             store.resolve_finding(fid, created + 300)
 
 
-def _reference(
-    store: Store,
-    *,
-    state: str = "all",
-    limit: int | None = None,
-    **filters: str,
-) -> list[StoredFinding]:
-    """What the page listed before: every finding open or created since, filtered and
-    sorted in Python."""
-    every = {f.id: f for f in store.findings(since=SINCE)}
-    every.update({f.id: f for f in store.active_findings()})
-    chosen = [
-        f
-        for f in every.values()
-        if all(getattr(f, name) == value for name, value in filters.items())
-        and (state == "all" or (state == "active") == (f.resolved_at is None))
-    ]
-    return sorted(chosen, key=page_order)[:limit]
-
-
 @pytest.mark.parametrize(
     ("state", "filters", "limit"),
     [
@@ -84,7 +65,7 @@ def test_the_store_orders_filters_and_cuts_as_the_page_did(
 ) -> None:
     _fill(store, 120, seed=7)
     got = store.finding_events(since=SINCE, state=state, limit=limit, **filters)
-    assert got == _reference(store, state=state, limit=limit, **filters)
+    assert got == whole_week(store, SINCE, state=state, limit=limit, **filters)[0]
     assert got  # each case lists something, so the comparison says something
 
 
@@ -92,10 +73,9 @@ def test_the_page_reads_only_the_findings_it_shows(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _fill(store, EVENTS_SHOWN + 150, seed=11)
-    every = _reference(store)
+    every, facets = whole_week(store, SINCE, limit=None)
     assert len(every) > EVENTS_SHOWN
     expected = every[:EVENTS_SHOWN]
-    facets = {(f.target, f.subject, f.kind, f.severity) for f in every}
 
     def whole_history(*args: object, **kwargs: object) -> list[StoredFinding]:
         raise AssertionError("the whole week of findings was read")
