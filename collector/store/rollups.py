@@ -8,12 +8,13 @@ gauges (plain means and maxima).
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, CursorResult, delete, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, CursorResult, Result, Select, delete, func, select
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from collector.analysis.rates import gauge_max, gauge_mean, merge_over_time, peak_rates
 from collector.records import DeviceSample, ModelRates
@@ -210,59 +211,61 @@ class RollupsMixin(Database):
         since, todo = self._advance_mark(session, "model", bucket_s, cutoff)
         if not todo:
             return 0
-        stmt = select(
-            ModelSampleRow.model_id,
-            ModelSampleRow.collected_at,
-            ModelSampleRow.pending_request_count,
-            *(getattr(ModelSampleRow, name) for name in _RATE_COLUMN_NAMES),
-        ).where(ModelSampleRow.collected_at < cutoff)
-        if since is not None:
-            stmt = stmt.where(ModelSampleRow.collected_at >= since)
-        groups: dict[tuple[int, float], list[RowValues]] = defaultdict(list)
-        for r in session.execute(stmt).mappings():
-            groups[(r["model_id"], _bucket_start(r["collected_at"], bucket_s))].append(r)
-        rows = [
-            _model_rollup_values(model_id, start, bucket_s, samples)
-            for (model_id, start), samples in sorted(groups.items())
-        ]
-        self._insert_ignoring_duplicates(
-            session, ModelRollupRow, rows, ["bucket_s", "bucket_start", "model_id"]
-        )
-        return len(rows)
+        written = 0
+        at = ModelSampleRow.collected_at
+        for start, end in _filled_buckets(session, at, since, cutoff, bucket_s):
+            stmt = (
+                select(
+                    ModelSampleRow.model_id,
+                    ModelSampleRow.pending_request_count,
+                    *(getattr(ModelSampleRow, name) for name in _RATE_COLUMN_NAMES),
+                )
+                .where(at >= start, at < end)
+                .order_by(ModelSampleRow.model_id, at)
+            )
+            rows = [
+                _model_rollup_values(model_id, start, bucket_s, list(samples))
+                for model_id, samples in groupby(
+                    _streamed(session, stmt).mappings(), key=itemgetter("model_id")
+                )
+            ]
+            self._insert_ignoring_duplicates(
+                session, ModelRollupRow, rows, ["bucket_s", "bucket_start", "model_id"]
+            )
+            written += len(rows)
+        return written
 
     def _rollup_devices(self, session: Session, cutoff: float, bucket_s: float) -> int:
         since, todo = self._advance_mark(session, "device", bucket_s, cutoff)
         if not todo:
             return 0
-        stmt = (
-            select(
-                DeviceSampleRow.target_id,
-                DeviceSampleRow.source,
-                DeviceSampleRow.uuid,
-                DeviceSampleRow.kind,
-                DeviceSampleRow.collected_at,
-                *(getattr(DeviceSampleRow, f) for f in DEVICE_MEAN_READINGS),
+        written = 0
+        at = DeviceSampleRow.collected_at
+        device = (DeviceSampleRow.target_id, DeviceSampleRow.source, DeviceSampleRow.uuid)
+        for start, end in _filled_buckets(session, at, since, cutoff, bucket_s):
+            stmt = (
+                select(
+                    *device,
+                    DeviceSampleRow.kind,
+                    *(getattr(DeviceSampleRow, f) for f in DEVICE_MEAN_READINGS),
+                )
+                .where(at >= start, at < end)
+                .order_by(*device, at, DeviceSampleRow.id)
             )
-            .where(DeviceSampleRow.collected_at < cutoff)
-            .order_by(DeviceSampleRow.id)
-        )
-        if since is not None:
-            stmt = stmt.where(DeviceSampleRow.collected_at >= since)
-        groups: dict[tuple[int, str, str, float], list[Any]] = defaultdict(list)
-        for r in session.execute(stmt):
-            key = (r.target_id, r.source, r.uuid, _bucket_start(r.collected_at, bucket_s))
-            groups[key].append(r)
-        rows = [
-            _device_rollup_values(target_id, source, uuid, start, bucket_s, samples)
-            for (target_id, source, uuid, start), samples in sorted(groups.items())
-        ]
-        self._insert_ignoring_duplicates(
-            session,
-            DeviceRollupRow,
-            rows,
-            ["bucket_s", "bucket_start", "target_id", "source", "uuid"],
-        )
-        return len(rows)
+            rows = [
+                _device_rollup_values(target_id, source, uuid, start, bucket_s, list(samples))
+                for (target_id, source, uuid), samples in groupby(
+                    _streamed(session, stmt), key=itemgetter(0, 1, 2)
+                )
+            ]
+            self._insert_ignoring_duplicates(
+                session,
+                DeviceRollupRow,
+                rows,
+                ["bucket_s", "bucket_start", "target_id", "source", "uuid"],
+            )
+            written += len(rows)
+        return written
 
 
 # --------------------------------------------------------------------------- helpers
@@ -270,6 +273,44 @@ class RollupsMixin(Database):
 
 def _bucket_start(at: float, bucket_s: float) -> float:
     return math.floor(at / bucket_s) * bucket_s
+
+
+# Rows a rollup reads from the database at a time; one model's or device's bucket is
+# what it holds in Python.
+_ROLLUP_FETCH_ROWS = 1000
+
+
+def _filled_buckets(
+    session: Session,
+    at: InstrumentedAttribute[float],
+    since: float | None,
+    cutoff: float,
+    bucket_s: float,
+) -> Iterator[tuple[float, float]]:
+    """The ``[start, end)`` buckets below ``cutoff`` (a bucket boundary) that hold a
+    sample, oldest first, from ``since`` on. A rollup reads one bucket at a time, so a
+    backlog of days (a store rolled up for the first time, a long outage of the
+    housekeeping) costs the memory of one bucket, not of the backlog; the index on
+    ``at`` skips empty stretches."""
+    while True:
+        first = select(func.min(at)).where(at < cutoff)
+        if since is not None:
+            first = first.where(at >= since)
+        earliest = session.scalar(first)
+        if earliest is None:
+            return
+        # ``since`` and ``cutoff`` are bucket boundaries; max() and min() keep a sample
+        # a hair from one (rounded into the neighbouring bucket) inside them.
+        start = _bucket_start(earliest, bucket_s)
+        if since is not None:
+            start = max(start, since)
+        since = min(start + bucket_s, cutoff)
+        yield start, since
+
+
+def _streamed(session: Session, stmt: Select[Any]) -> Result[Any]:
+    """``stmt``'s rows fetched in batches (a server-side cursor on PostgreSQL)."""
+    return session.execute(stmt.execution_options(yield_per=_ROLLUP_FETCH_ROWS))
 
 
 def _model_rollup_values(
