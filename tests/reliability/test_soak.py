@@ -9,8 +9,9 @@ within a margin of the first one after warm-up.
 The store starts with ``HISTORY_S`` of synthetic history of the same target and models
 (one scrape a second, the host's readings of its processes alongside), so every window
 serve reads (the recommender's 15-minute look-back, the pages' default 15-minute range)
-is full from the first minute: a long-running serve's steady state. On an empty store
-those windows fill during the soak, and what each pass reads grows with them.
+is full from the first minute, and rolled up as serve's housekeeping would have done:
+a long-running serve's steady state. On an empty store those windows fill during the
+soak, and what each pass reads grows with them.
 
 The duration and the sampling interval are ``$BATCHSCOPE_SOAK_S`` (900) and
 ``$BATCHSCOPE_SOAK_SAMPLE_S`` (60), read when the module loads, so a short run
@@ -35,6 +36,7 @@ import yaml
 
 from bench.load import LoadResult as PageLoad
 from bench.load import run_load as view_pages
+from collector.config import RetentionSettings
 from collector.records import ProcessSample, ServerMetrics
 from collector.store import Store
 from collector.synthetic import Load, model_config, steady_load
@@ -118,7 +120,8 @@ def sample(process: psutil.Process, started: float) -> Sample:
 
 def seed_history(db_url: str, target: str, *, seconds: float, end: float) -> None:
     """``seconds`` of one scrape a second of ``MODELS`` on ``target`` up to ``end``,
-    with the server's readings and the host's readings of Triton and its stubs."""
+    with the server's readings and the host's readings of Triton and its stubs, rolled
+    up."""
     loads = [
         Load(
             config=model_config(
@@ -153,6 +156,9 @@ def seed_history(db_url: str, target: str, *, seconds: float, end: float) -> Non
         steady_load(store, loads, target=target, start=start, seconds=seconds, server=server)
         for i in range(int(seconds) + 1):
             store.write_processes(target, start + i, processes)
+        # Rolled up as serve's housekeeping would have done by now, so its first pass
+        # rolls up one bucket, as every later one does, not the whole history.
+        store.rollup(end, bucket_s=RetentionSettings().rollup_bucket_s)
 
 
 @dataclass
