@@ -10,16 +10,21 @@ from dash import dcc, html
 
 from dashboard.components.text import (
     evidence_facts,
+    findings_href,
     fmt_ago,
     fmt_time,
     model_href,
     silence_href,
 )
-from dashboard.queries import StoredFinding, is_open
+from dashboard.queries import MODEL_FINDINGS_SHOWN, StoredFinding, is_open
 from dashboard.theme import severity_class
 
 
-def findings_list(findings: Sequence[StoredFinding], now: float) -> list[Any]:
+def findings_list(
+    findings: Sequence[StoredFinding], now: float, *, target: str, model: str
+) -> list[Any]:
+    """The model's findings; at ``MODEL_FINDINGS_SHOWN`` of them, a link to the
+    findings page, which lists them all."""
     if not findings:
         return [
             html.H3("Findings"),
@@ -40,7 +45,18 @@ def findings_list(findings: Sequence[StoredFinding], now: float) -> list[Any]:
                 className="finding",
             )
         )
-    return [html.H3("Findings"), html.Ul(items, className="findings")]
+    more = []
+    if len(findings) >= MODEL_FINDINGS_SHOWN:
+        more = [
+            html.P(
+                [
+                    f"The first {len(findings)} shown; ",
+                    dcc.Link("all on the findings page", href=findings_href(target, model)),
+                ],
+                className="muted findings-more",
+            )
+        ]
+    return [html.H3("Findings"), html.Ul(items, className="findings"), *more]
 
 
 def events_list(events: Sequence[StoredFinding], *, can_silence: bool = False) -> list[Any]:

@@ -48,6 +48,11 @@ def model_href(target: str, model: str, range_name: str = DEFAULT_RANGE) -> str:
     return "/model?" + urlencode({"target": target, "model": model, "range": range_name})
 
 
+def findings_href(target: str, model: str) -> str:
+    """The findings page filtered to the model, open and resolved alike."""
+    return "/findings?" + urlencode({"target": target, "model": model, "state": "all"})
+
+
 def recs_href(target: str, model: str) -> str:
     return "/recommendations?" + urlencode({"target": target, "model": model})
 

@@ -131,6 +131,8 @@ def register_callbacks(app: Dash, queries: DashboardQueries, actions: object = N
             components.model_banner(detail),
             header,
             components.recommendation_card(detail.recommendation),
-            components.findings_list(detail.findings, now=detail.until),
+            components.findings_list(
+                detail.findings, now=detail.until, target=detail.target, model=detail.model
+            ),
             components.config_panel(detail.config),
         )

@@ -19,6 +19,7 @@ answer carries ``error`` (a one-line message for the banner).
 from collector.store import StoredFinding, StoredModelConfig, StoredRecommendation
 from collector.store.alerts import AlertState, Notification, Silence
 from dashboard.queries.codec import from_json, to_json
+from dashboard.queries.events import MODEL_FINDINGS_SHOWN
 from dashboard.queries.reader import DashboardQueries
 from dashboard.queries.views import (
     DEFAULT_RANGE,
@@ -46,6 +47,7 @@ from dashboard.queries.views import (
 )
 
 __all__ = [
+    "MODEL_FINDINGS_SHOWN",
     "DEFAULT_RANGE",
     "RANGES",
     "RAW_RANGE_S",

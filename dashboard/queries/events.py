@@ -15,6 +15,7 @@ __all__ = [
     "EVENT_READERS",
     "EventQuery",
     "EventsRead",
+    "MODEL_FINDINGS_SHOWN",
     "model_findings",
     "page_order",
     "read_events",
@@ -23,6 +24,8 @@ __all__ = [
 
 #: The most events the page lists.
 EVENTS_SHOWN: Final = 500
+#: The most findings a model's page lists; the findings page has the rest.
+MODEL_FINDINGS_SHOWN: Final = 50
 
 
 @dataclass(frozen=True)
@@ -85,10 +88,10 @@ def read_events(store: Store, query: EventQuery) -> EventsView:
 
 
 def model_findings(store: Store, target: str, model: str, since: float) -> list[StoredFinding]:
-    """The model's open findings and those created since ``since``; open ones first,
-    then newest first."""
-    seen: dict[int, StoredFinding] = {}
-    for f in [*store.active_findings(target=target), *store.findings(target=target, since=since)]:
-        if f.subject == model:
-            seen[f.id] = f
-    return sorted(seen.values(), key=lambda f: (not is_open(f), -f.created_at, -f.id))
+    """The model's findings open now or created since ``since``, in the findings
+    page's order (open first, the most severe first, newest first), at most
+    ``MODEL_FINDINGS_SHOWN``. Read by model in SQL: a week of a target's findings holds
+    every model's episodes."""
+    return store.finding_events(
+        since=since, target=target, subject=model, limit=MODEL_FINDINGS_SHOWN
+    )

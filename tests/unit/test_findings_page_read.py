@@ -16,8 +16,9 @@ import pytest
 
 from bench.findings_page import whole_week
 from collector.store import Store, StoredFinding
+from dashboard.components import findings_list
 from dashboard.queries import DashboardQueries
-from dashboard.queries.events import EVENTS_SHOWN
+from dashboard.queries.events import EVENTS_SHOWN, MODEL_FINDINGS_SHOWN, model_findings
 
 T0 = 1_700_000_000.0
 WEEK = 7 * 24 * 3600.0
@@ -94,3 +95,30 @@ def test_the_page_reads_only_the_findings_it_shows(
 def test_an_unknown_state_is_refused_by_name(store: Store) -> None:
     with pytest.raises(ValueError, match="state must be one of .* got 'open'"):
         store.finding_events(since=SINCE, state="open")
+
+
+def test_a_model_page_reads_that_models_findings_and_at_most_a_page_of_them(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fill(store, 3 * MODEL_FINDINGS_SHOWN + 200, seed=5)
+    every, _ = whole_week(store, SINCE, target="a", subject="m1", limit=None)
+    assert len(every) > MODEL_FINDINGS_SHOWN
+
+    def whole_history(*args: object, **kwargs: object) -> list[StoredFinding]:
+        raise AssertionError("every finding of the target was read")
+
+    monkeypatch.setattr(store, "findings", whole_history)
+    monkeypatch.setattr(store, "active_findings", whole_history)
+    got = DashboardQueries(store, clock=lambda: NOW).findings("a", "m1", since=SINCE)
+    # The findings page's order and the first of its rows for this target and model.
+    assert got == every[:MODEL_FINDINGS_SHOWN]
+
+
+def test_a_cut_list_of_a_models_findings_links_to_all_of_them(store: Store) -> None:
+    _fill(store, 3 * MODEL_FINDINGS_SHOWN + 200, seed=5)
+    findings = model_findings(store, "a", "m1", SINCE)
+    cut = str(findings_list(findings, NOW, target="a", model="m1"))
+    assert f"The first {MODEL_FINDINGS_SHOWN} shown" in cut
+    assert "/findings?target=a&model=m1&state=all" in cut
+    whole = str(findings_list(findings[:3], NOW, target="a", model="m1"))
+    assert "/findings?" not in whole and "finding " in whole
