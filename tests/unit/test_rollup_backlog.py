@@ -8,6 +8,9 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from bench import rollup_pass
 from collector.records import DeviceSample
 from collector.store import Store
 from collector.synthetic import Load, model_config, steady_load
@@ -78,3 +81,12 @@ def test_a_backlog_rolls_up_as_bucket_by_bucket_passes(store: Store, tmp_path: P
             assert passes.rollup(T0 + n * BUCKET_S, bucket_s=BUCKET_S) == len(MODELS) + 1
         assert passes.model_rollups(bucket_s=BUCKET_S) == at_once
         assert passes.device_rollups(bucket_s=BUCKET_S) == store.device_rollups(bucket_s=BUCKET_S)
+
+
+def test_the_rollup_bench_computes_what_the_store_writes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rollup_pass.main(["--targets", "2", "--models", "3", "--interval", "1", "--bucket", "60"])
+    out = capsys.readouterr().out
+    assert "(360 model samples)" in out
+    assert "same rollup rows: True" in out
