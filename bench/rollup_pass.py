@@ -36,8 +36,9 @@ T0 = 1_700_000_100.0  # a multiple of 300
 T = TypeVar("T")
 
 
-def fill(store: Store, targets: int, models: int, interval_s: float, bucket_s: float) -> None:
-    loads = [
+def model_loads(models: int) -> list[Load]:
+    """``models`` batching models (m0, m1, ...) under a steady load each."""
+    return [
         Load(
             config=model_config(f"m{i}", batching=True, delay_us=100, max_batch_size=8),
             qps=20.0 + i,
@@ -48,10 +49,13 @@ def fill(store: Store, targets: int, models: int, interval_s: float, bucket_s: f
         )
         for i in range(models)
     ]
+
+
+def fill(store: Store, targets: int, models: int, interval_s: float, bucket_s: float) -> None:
     for t in range(targets):
         steady_load(
             store,
-            loads,
+            model_loads(models),
             target=f"triton-{t}:8000",
             start=T0,
             seconds=2 * bucket_s - interval_s,

@@ -292,7 +292,7 @@ def _filled_buckets(
     backlog of days (a store rolled up for the first time, a long outage of the
     housekeeping) costs the memory of one bucket, not of the backlog; the index on
     ``at`` skips empty stretches."""
-    while True:
+    while since is None or since < cutoff:
         first = select(func.min(at)).where(at < cutoff)
         if since is not None:
             first = first.where(at >= since)

@@ -4,52 +4,28 @@ backlog, and it writes the rows a bucket-by-bucket rollup writes."""
 
 from __future__ import annotations
 
-import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from bench import rollup_pass
+from bench.rollup_pass import measured, model_loads
 from collector.records import DeviceSample
 from collector.store import Store
-from collector.synthetic import Load, model_config, steady_load
+from collector.synthetic import steady_load
 
 T0 = 1_700_000_040.0  # a multiple of 60
 BUCKET_S = 60.0
-MODELS = ("a", "b", "c")
+MODELS = 3
 
 
 def fill(store: Store, buckets: int) -> None:
     """``buckets`` buckets of one scrape a second of three models and a GPU."""
-    loads = [
-        Load(
-            config=model_config(name, batching=True, delay_us=100, max_batch_size=8),
-            qps=20.0 + i,
-            request_ms=10.0,
-            queue_share=0.3,
-            batch_mix={2: 0.5, 4: 0.5},
-            cost_ms=lambda b: 4.0 + 0.5 * b,
-        )
-        for i, name in enumerate(MODELS)
-    ]
     seconds = buckets * BUCKET_S - 1
-    steady_load(store, loads, target="triton-a", start=T0, seconds=seconds)
+    steady_load(store, model_loads(MODELS), target="triton-a", start=T0, seconds=seconds)
     for i in range(int(seconds) + 1):
         gpu = DeviceSample("nvml", "GPU-aaaa", utilization_gpu_pct=float(i % 100))
         store.write_devices("triton-a", T0 + i, [gpu])
-
-
-def peak_bytes(work: Callable[[], object]) -> int:
-    """Python's peak allocation above what was allocated before ``work``."""
-    tracemalloc.start()
-    try:
-        before, _ = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        work()
-        return tracemalloc.get_traced_memory()[1] - before
-    finally:
-        tracemalloc.stop()
 
 
 def test_a_backlog_costs_the_memory_of_one_bucket(store: Store) -> None:
@@ -57,13 +33,13 @@ def test_a_backlog_costs_the_memory_of_one_bucket(store: Store) -> None:
     # Statements compiled and caches filled by a rollup at another bucket size.
     store.rollup(T0 + 2 * BUCKET_S, bucket_s=2 * BUCKET_S)
 
-    one_bucket = peak_bytes(lambda: store.rollup(T0 + BUCKET_S, bucket_s=BUCKET_S))
-    backlog = peak_bytes(lambda: store.rollup(T0 + 24 * BUCKET_S, bucket_s=BUCKET_S))
+    _, one_bucket, _ = measured(lambda: store.rollup(T0 + BUCKET_S, bucket_s=BUCKET_S))
+    _, backlog, _ = measured(lambda: store.rollup(T0 + 24 * BUCKET_S, bucket_s=BUCKET_S))
 
     # 23 buckets in one pass, read whole: 28 times one bucket's peak (3.7 MB).
     assert backlog < 3 * one_bucket, (backlog, one_bucket)
     rollups = store.model_rollups(bucket_s=BUCKET_S)
-    assert len(rollups) == 24 * len(MODELS)
+    assert len(rollups) == 24 * MODELS
     assert {r.sample_count for r in rollups} == {60}
     assert len(store.device_rollups(bucket_s=BUCKET_S)) == 24
 
@@ -71,14 +47,14 @@ def test_a_backlog_costs_the_memory_of_one_bucket(store: Store) -> None:
 def test_a_backlog_rolls_up_as_bucket_by_bucket_passes(store: Store, tmp_path: Path) -> None:
     fill(store, 7)
     # The seventh bucket is still open at the cutoff and stays raw.
-    assert store.rollup(T0 + 6 * BUCKET_S, bucket_s=BUCKET_S) == 6 * (len(MODELS) + 1)
+    assert store.rollup(T0 + 6 * BUCKET_S, bucket_s=BUCKET_S) == 6 * (MODELS + 1)
     at_once = store.model_rollups(bucket_s=BUCKET_S)
     assert max(r.bucket_start for r in at_once) == T0 + 5 * BUCKET_S
 
     with Store(f"sqlite:///{tmp_path / 'passes.db'}") as passes:
         fill(passes, 7)
         for n in range(1, 7):
-            assert passes.rollup(T0 + n * BUCKET_S, bucket_s=BUCKET_S) == len(MODELS) + 1
+            assert passes.rollup(T0 + n * BUCKET_S, bucket_s=BUCKET_S) == MODELS + 1
         assert passes.model_rollups(bucket_s=BUCKET_S) == at_once
         assert passes.device_rollups(bucket_s=BUCKET_S) == store.device_rollups(bucket_s=BUCKET_S)
 
