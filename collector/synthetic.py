@@ -46,7 +46,10 @@ def model_config(
 class Load:
     """A steady load on one model: ``qps`` requests a second of ``request_ms`` each,
     ``queue_share`` of it queued; ``batch_mix`` is the share of executions at each
-    batch size, ``cost_ms(b)`` an execution's compute time."""
+    batch size, ``cost_ms(b)`` an execution's compute time. ``failure_reasons`` are
+    the reasons the metrics page lists (Triton 2.52 lists each at zero; failures count
+    under ``OTHER``); ``io_ms`` is the input and the output handling of an execution,
+    each, recorded as Triton records them (``compute_input``, ``compute_output``)."""
 
     config: records.ModelConfig
     qps: float
@@ -56,6 +59,8 @@ class Load:
     cost_ms: Callable[[int], float]
     fail_per_s: float = 0.0
     pending: float | None = 2.0
+    failure_reasons: tuple[str, ...] = ()
+    io_ms: float = 0.0
 
     @property
     def mean_batch(self) -> float:
@@ -66,28 +71,50 @@ def _snapshot_parts(load: Load, elapsed: float) -> tuple[records.ModelMetrics, r
     name = load.config.model
     n = load.qps * elapsed
     e = load.qps / load.mean_batch * elapsed
+    io_ns = load.io_ms * 1e6
+
+    def io(executions: int) -> records.Duration:
+        return (
+            records.Duration(executions, int(executions * io_ns)) if io_ns else records.Duration()
+        )
+
     batches = tuple(
         records.BatchStat(
             batch_size=b,
+            compute_input=io(int(e * w)),
             compute_infer=records.Duration(count=int(e * w), ns=int(e * w * load.cost_ms(b) * 1e6)),
+            compute_output=io(int(e * w)),
         )
         for b, w in sorted(load.batch_mix.items())
     )
     request_us = n * load.request_ms * 1000
+    failures = dict.fromkeys(load.failure_reasons, 0.0)
+    if load.fail_per_s:
+        failures["OTHER"] = load.fail_per_s * elapsed
     metrics = records.ModelMetrics(
         model=name,
         version="1",
         request_success=n,
-        request_failure_by_reason={"OTHER": load.fail_per_s * elapsed} if load.fail_per_s else {},
+        request_failure_by_reason=failures,
         inference_count=n,
         exec_count=e,
         request_duration_us=request_us,
         queue_duration_us=request_us * load.queue_share,
-        compute_infer_duration_us=request_us * (1 - load.queue_share),
+        # Per request, as Triton counts them: each request of a batch is charged the
+        # batch's time.
+        compute_input_duration_us=n * load.io_ms * 1000,
+        compute_infer_duration_us=request_us * (1 - load.queue_share) - 2 * n * load.io_ms * 1000,
+        compute_output_duration_us=n * load.io_ms * 1000,
         pending_request_count=load.pending,
     )
     stats = records.ModelStats(
-        model=name, version="1", inference_count=int(n), execution_count=int(e), batch_stats=batches
+        model=name,
+        version="1",
+        inference_count=int(n),
+        execution_count=int(e),
+        compute_input=io(int(e)),
+        compute_output=io(int(e)),
+        batch_stats=batches,
     )
     return metrics, stats
 
@@ -102,12 +129,16 @@ def steady_load(
     step: float = 1.0,
     skip: tuple[float, float] | None = None,
     server: records.ServerMetrics | None = None,
+    stats_every: int = 1,
 ) -> None:
     """One scrape of every model in ``loads`` each ``step`` seconds from ``start`` for
     ``seconds`` (counters start at 0 at ``start``); no scrape inside ``skip``. Each
     sample after the first carries its per-scrape rates, as the collector stores them
     (rollups average those); ``server``, when given, is each scrape's server-wide
-    reading."""
+    reading. The statistics come with every ``stats_every``-th scrape from the first,
+    as the collector reads them every ``statistics_interval_s``."""
+    if stats_every < 1:
+        raise ValueError(f"stats_every must be at least 1, got {stats_every!r}")
     ticks = int(seconds / step)
     previous: dict[str, records.ModelSample] = {}
     tracks: dict[str, CounterTrack] = {}  # as the collector keeps per series
@@ -115,7 +146,11 @@ def steady_load(
         at = start + i * step
         if skip is not None and skip[0] <= at < skip[1]:
             continue
-        parts = [_snapshot_parts(load, i * step) for load in loads]
+        parts: list[tuple[records.ModelMetrics, records.ModelStats | None]] = [
+            _snapshot_parts(load, i * step) for load in loads
+        ]
+        if i % stats_every:
+            parts = [(metrics, None) for metrics, _ in parts]
         rates: dict[tuple[str, str], records.ModelRates] = {}
         for load, (metrics, stats) in zip(loads, parts, strict=True):
             sample = records.ModelSample(
@@ -136,7 +171,7 @@ def steady_load(
                 collected_at=at,
                 server_version="2.59.0",
                 model_metrics=tuple(m for m, _ in parts),
-                model_stats=tuple(s for _, s in parts),
+                model_stats=tuple(s for _, s in parts if s is not None),
                 model_configs=tuple(load.config for load in loads),
                 server=server,
             ),

@@ -36,7 +36,7 @@ import yaml
 
 from bench.load import LoadResult as PageLoad
 from bench.load import run_load as view_pages
-from collector.config import RetentionSettings
+from collector.config import RetentionSettings, Settings
 from collector.records import ProcessSample, ServerMetrics
 from collector.store import Store
 from collector.synthetic import Load, model_config, steady_load
@@ -133,8 +133,14 @@ def seed_history(db_url: str, target: str, *, seconds: float, end: float) -> Non
             qps=40.0,
             request_ms=10.0,
             queue_share=0.3 if spec.dynamic_batching else 0.6,
-            batch_mix={2: 0.5, 4: 0.5} if spec.dynamic_batching else {1: 1.0},
+            batch_mix=(
+                {1: 0.3, 2: 0.2, 3: 0.1, 4: 0.3, 5: 0.1} if spec.dynamic_batching else {1: 1.0}
+            ),
             cost_ms=lambda b: 4.0 + 0.5 * b,
+            # Shaped as serve's own records of the testbed: the failure reasons Triton
+            # 2.52 lists, input and output times, statistics every fifth scrape.
+            failure_reasons=("BACKEND", "CANCELED", "REJECTED", "OTHER"),
+            io_ms=0.05,
         )
         for spec in MODELS
     ]
@@ -153,7 +159,16 @@ def seed_history(db_url: str, target: str, *, seconds: float, end: float) -> Non
         for i, spec in enumerate(MODELS)
     ]
     with Store(db_url) as store:
-        steady_load(store, loads, target=target, start=start, seconds=seconds, server=server)
+        steady_load(
+            store,
+            loads,
+            target=target,
+            start=start,
+            seconds=seconds,
+            server=server,
+            # serve scrapes every second and reads the statistics every statistics_interval_s.
+            stats_every=int(Settings.model_fields["statistics_interval_s"].default),
+        )
         for i in range(int(seconds) + 1):
             store.write_processes(target, start + i, processes)
         # Rolled up as serve's housekeeping would have done by now, so its first pass
