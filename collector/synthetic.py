@@ -88,6 +88,7 @@ def _snapshot_parts(load: Load, elapsed: float) -> tuple[records.ModelMetrics, r
         for b, w in sorted(load.batch_mix.items())
     )
     request_us = n * load.request_ms * 1000
+    io_us = n * load.io_ms * 1000  # the input's (and the output's) time, all requests
     failures = dict.fromkeys(load.failure_reasons, 0.0)
     if load.fail_per_s:
         failures["OTHER"] = load.fail_per_s * elapsed
@@ -102,9 +103,9 @@ def _snapshot_parts(load: Load, elapsed: float) -> tuple[records.ModelMetrics, r
         queue_duration_us=request_us * load.queue_share,
         # Per request, as Triton counts them: each request of a batch is charged the
         # batch's time.
-        compute_input_duration_us=n * load.io_ms * 1000,
-        compute_infer_duration_us=request_us * (1 - load.queue_share) - 2 * n * load.io_ms * 1000,
-        compute_output_duration_us=n * load.io_ms * 1000,
+        compute_input_duration_us=io_us,
+        compute_infer_duration_us=request_us * (1 - load.queue_share) - 2 * io_us,
+        compute_output_duration_us=io_us,
         pending_request_count=load.pending,
     )
     stats = records.ModelStats(
