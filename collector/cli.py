@@ -34,7 +34,7 @@ from collector.command_support import (
 )
 from collector.errors import BatchscopeError, ConfigError
 from collector.exporter.cli import add_exporter_command
-from collector.process_control import tune_gc_for_service
+from collector.process_control import dump_stacks_on_sigusr1, tune_gc_for_service
 
 if TYPE_CHECKING:
     from collector.config import Settings
@@ -644,6 +644,7 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     tune_gc_for_service()
+    dump_stacks_on_sigusr1()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

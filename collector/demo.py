@@ -14,9 +14,12 @@ folder behind; should it be SIGKILLed, Triton dies with it (see
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import shlex
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -50,7 +53,8 @@ def _drive(grpc_url: str, stop: threading.Event) -> None:
                 threading.Thread(
                     target=run_load,
                     args=(grpc_url, m.name),
-                    kwargs={"concurrency": clients, "duration_s": run_s},
+                    # With the stop, a run ends at once rather than after its seconds.
+                    kwargs={"concurrency": clients, "duration_s": run_s, "stop": stop},
                     daemon=True,
                 )
                 for m in DEMO_MODELS
@@ -125,18 +129,45 @@ def run_demo(
         flush=True,
     )
     server = TritonServer(DEMO_MODELS)
+    stopping = _StopTimes()
     # Ctrl-C and SIGTERM set `stop`; everything is stopped inside the block, so a
     # second signal cannot cut the cleanup short and leave Triton or its folder behind.
     with stop_on_signals(stop):
         try:
             server.start(cancel=stop)
-            _serve_demo(server, stop, duration_s, settings, port)
+            _serve_demo(server, stop, duration_s, settings, port, stopping)
         except StartCancelled:
             pass
         finally:
             print("stopping ...", flush=True)
-            server.close()
+            with stopping.step("Triton"):
+                server.close()
+            print(stopping.summary(), flush=True)
     return 0
+
+
+class _StopTimes:
+    """How long each part of the demo took to stop, for the line it prints last: a
+    stop that drags says which part dragged."""
+
+    def __init__(self) -> None:
+        self.began: float | None = None
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def step(self, part: str) -> Iterator[None]:
+        started = time.monotonic()
+        if self.began is None:
+            self.began = started
+        try:
+            yield
+        finally:
+            self.seconds[part] = time.monotonic() - started
+
+    def summary(self) -> str:
+        total = time.monotonic() - (self.began or time.monotonic())
+        parts = ", ".join(f"{part} {s:.1f} s" for part, s in self.seconds.items())
+        return f"stopped in {total:.1f} s ({parts})"
 
 
 def _serve_demo(
@@ -145,6 +176,7 @@ def _serve_demo(
     duration_s: float | None,
     settings: Settings,
     port: int,
+    stopping: _StopTimes,
 ) -> None:
     print(
         f"  HTTP {server.http_url}   gRPC {server.grpc_url}   metrics {server.metrics_url}",
@@ -176,9 +208,11 @@ def _serve_demo(
         stop.wait(duration_s)
     finally:
         stop.set()
-        service.close()
+        with stopping.step("UI and collector"):
+            service.close()
         # The load stops first, so Triton has no requests in flight to wait for.
-        driver.join(timeout=_LOAD_RUN_S + 15)
+        with stopping.step("load"):
+            driver.join(timeout=_LOAD_RUN_S + 15)
 
 
 def add_demo_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import gc
 import os
 import signal
@@ -22,7 +23,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO
 
 __all__ = ["die_with_parent", "stop_on_signals"]
 
@@ -97,6 +98,29 @@ def stop_on_signals(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 <pid>`` prints every thread's stack to stderr, and the command goes
+    on: what a command that does not stop, or a stalled collector, is doing.
+
+    faulthandler writes to a file descriptor from the signal handler; a stderr without
+    one (captured in-process) falls back to the process's own, else nothing is set.
+    """
+    stream = _stream_with_a_descriptor(sys.stderr, sys.__stderr__)
+    if stream is not None and hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, file=stream, all_threads=True)
+
+
+def _stream_with_a_descriptor(*streams: TextIO | None) -> TextIO | None:
+    for stream in streams:
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    return None
 
 
 # A scrape allocates thousands of short-lived objects (records, rows) and keeps large

@@ -73,17 +73,37 @@ def _read_until(proc: subprocess.Popen[str], marker: str) -> list[str]:
     pytest.fail(f"the command ended before printing {marker!r}:\n" + "\n".join(lines))
 
 
-def _drain(proc: subprocess.Popen[str]) -> threading.Thread:
-    """Keep reading the command's output, so that a full pipe never blocks its stop."""
+def _drain(proc: subprocess.Popen[str]) -> tuple[threading.Thread, list[str]]:
+    """Keep reading the command's output, so that a full pipe never blocks its stop:
+    the reading thread (it ends with the output) and the lines it has read."""
+    lines: list[str] = []
 
     def read() -> None:
         assert proc.stdout is not None
-        for _ in proc.stdout:
-            pass
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    return reader
+    return reader, lines
+
+
+def _wait_or_show(
+    proc: subprocess.Popen[str], timeout_s: float, reader: threading.Thread, output: list[str]
+) -> int:
+    """The command's exit status once it ends within ``timeout_s``, its output read to
+    the end; else the test fails with what it printed and, asked by SIGUSR1, every
+    thread's stack: where it hangs."""
+    try:
+        status = proc.wait(timeout=timeout_s)
+        reader.join(timeout=5)
+        return status
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        reader.join(timeout=3)
+        pytest.fail(
+            f"still running {timeout_s:.0f} s after SIGTERM; it printed:\n" + "\n".join(output)
+        )
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -218,7 +238,7 @@ def test_background_demo_stops_on_sigterm_leaving_nothing(
     children: list[psutil.Process] = []
     started.append((proc, children))
     lines = _read_until(proc, "batchscope UI:")
-    _drain(proc)
+    reader, output = _drain(proc)
     children.extend(_descendants(proc.pid))
     names = sorted(p.name() for p in children)
     assert "tritonserver" in names, (names, lines)
@@ -231,10 +251,20 @@ def test_background_demo_stops_on_sigterm_leaving_nothing(
     ]
     assert len(workdirs) == 1, workdirs
 
+    # SIGUSR1 asks for every thread's stack (on stderr) and the demo goes on serving.
+    proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while not any(line.startswith("Thread 0x") for line in output):
+        assert time.monotonic() < deadline, output
+        time.sleep(0.05)
+    assert proc.poll() is None
+
     began = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=20) == 0
+    assert _wait_or_show(proc, 20, reader, output) == 0
     print(f"\ndemo stopped {time.monotonic() - began:.1f} s after SIGTERM")
+    # Its last line says how long each part took to stop.
+    assert any(line.startswith("stopped in ") for line in output), output
     survivors = _survivors(children, timeout_s=5)
     assert survivors == [], f"left running after SIGTERM: {_describe(survivors)}"
     assert not workdirs[0].exists()
