@@ -20,7 +20,7 @@ YAML file (all keys optional)::
     sources: [triton, nvml, host]
     backoff_max_s: 60
     jitter_s: 0.5
-    scrape_workers: 16             # scrapes that may run at once (a bounded pool)
+    scrape_workers: 16             # scrapes that may run at once (threads start as needed)
     store_buffer_max_writes: 5000  # while the store is out, writes held in memory, at most
     store_buffer_max_bytes: 134217728   # ... and bytes; over either, the oldest are dropped
     file_sd: [targets/*.json]      # Prometheus file_sd files (globs), re-read on change

@@ -4,10 +4,15 @@ One thread keeps a heap of due times. Each source keeps its own grid of ticks, a
 phase within the interval taken from a hash of its name, so a thousand sources
 spread over the interval instead of firing together (as Prometheus spreads its
 targets); the first tick after start comes within the first second. At each tick
-the source is handed to the pool (a ``queue.SimpleQueue`` and ``workers`` threads),
-unless its previous scrape is still queued or running: that tick is skipped and
-counted, so one source never runs twice at once, and a slow source costs one
-worker, not a pile of them. A source in backoff is not handed over at all.
+the source is handed to the pool, unless its previous scrape is still queued or
+running: that tick is skipped and counted, so one source never runs twice at once,
+and a slow source costs one worker, not a pile of them. A source in backoff is not
+handed over at all.
+
+The pool holds at most ``workers`` threads, started only when every one started is
+busy, and hands a tick to the worker idle for the shortest time: a collector of a
+few targets runs on one or two threads however large the bound (fewer threads, each
+with its stack and its allocator caches warm), and a fleet gets the bound.
 
 ``PeriodicJob`` runs one slow job (analyses, housekeeping, re-reading file_sd) on its
 own thread every ``every_s``, skipping the ticks a long run overlaps.
@@ -19,11 +24,11 @@ import heapq
 import itertools
 import logging
 import math
-import queue
 import random
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,6 +66,18 @@ class _Entry:
         self.skipped = 0
 
 
+class _Worker:
+    """A pool thread's hand-over slot: ``wake`` is held while it waits; releasing it
+    (with ``entry`` set, or None to end) wakes that one thread and no other."""
+
+    __slots__ = ("entry", "wake")
+
+    def __init__(self) -> None:
+        self.entry: _Entry | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
+
+
 @dataclass(frozen=True)
 class LoopCounts:
     """What the loop did since start: ticks handed to the pool, ticks skipped because
@@ -90,13 +107,17 @@ class ScrapeLoop:
         self._run, self._ready, self._close = run, ready, close
         self.interval_s = interval_s
         self._jitter_s = min(jitter_s, interval_s / 2)
-        self._workers = workers
+        self._max_workers = workers
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, _Entry]] = []
         self._seq = itertools.count()
         self._entries: dict[int, _Entry] = {}  # by id(source)
-        self._queue: queue.SimpleQueue[_Entry | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        # Under ``_cond``: the idle workers, the one idle for the shortest time last;
+        # the ticks waiting for a worker when all are busy; every thread started.
+        self._idle: list[_Worker] = []
+        self._backlog: deque[_Entry] = deque()
+        self._workers: list[threading.Thread] = []
+        self._loop_thread: threading.Thread | None = None
         self._stopping = False
         self._anchor = time.monotonic()
         self._quantum_s = min(_QUANTUM_S, interval_s / 20)
@@ -137,30 +158,36 @@ class ScrapeLoop:
 
     def start(self) -> None:
         self._stopping = False
-        self._threads = [
-            threading.Thread(target=self._work, name=f"scrape-{i}", daemon=True)
-            for i in range(self._workers)
-        ]
-        self._threads.append(threading.Thread(target=self._loop, name="scrape-loop", daemon=True))
-        for thread in self._threads:
-            thread.start()
+        self._workers = []  # those of an earlier start have ended or been given up
+        self._loop_thread = threading.Thread(target=self._loop, name="scrape-loop", daemon=True)
+        self._loop_thread.start()
 
     @property
     def running(self) -> bool:
-        return not self._stopping and any(t.is_alive() for t in self._threads[-1:])
+        return not self._stopping and self._loop_thread is not None and self._loop_thread.is_alive()
+
+    @property
+    def workers_started(self) -> int:
+        """The pool's threads so far: at most ``workers``, fewer while fewer sufficed."""
+        return len(self._workers)
 
     def stop(self, wait_s: float) -> None:
         """Stop ticking, let the scrapes in flight end (at most ``wait_s``), and close
         every source as soon as no scrape of it runs."""
         with self._cond:
-            self._stopping = True
+            self._stopping = True  # no worker is started after this
             self._cond.notify()
-        for _ in range(self._workers):
-            self._queue.put(None)
+            for worker in self._idle:
+                worker.wake.release()  # with no entry: it ends
+            self._idle.clear()
+            for entry in self._backlog:
+                entry.busy = False  # never ran: closed below
+            self._backlog.clear()
+            threads = [*self._workers, *([self._loop_thread] if self._loop_thread else [])]
         deadline = time.monotonic() + wait_s
-        for thread in self._threads:
+        for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        late = [t.name for t in self._threads if t.is_alive()]
+        late = [t.name for t in self._workers if t.is_alive()]
         if late:
             log.warning("%d scrape(s) still running at shutdown; not waited for", len(late))
         with self._cond:
@@ -204,7 +231,26 @@ class ScrapeLoop:
         else:
             entry.busy = True
             self.dispatched += 1
-            self._queue.put(entry)
+            self._hand_over(entry)
+
+    def _hand_over(self, entry: _Entry) -> None:
+        """To the worker idle for the shortest time, else to a new one while under the
+        bound, else to the backlog the next free worker takes from (under ``_cond``)."""
+        if self._idle:
+            worker = self._idle.pop()
+            worker.entry = entry
+            worker.wake.release()
+        elif len(self._workers) < self._max_workers:
+            thread = threading.Thread(
+                target=self._work,
+                args=(entry,),
+                name=f"scrape-{len(self._workers)}",
+                daemon=True,
+            )
+            self._workers.append(thread)
+            thread.start()
+        else:
+            self._backlog.append(entry)
 
     def _push_next(self, entry: _Entry, now: float) -> None:
         interval = self.interval_s
@@ -218,21 +264,31 @@ class ScrapeLoop:
         entry.grid = grid
         self._push(entry, grid + (random.uniform(0, self._jitter_s) if self._jitter_s else 0))
 
-    def _work(self) -> None:
-        get = self._queue.get
-        while True:
-            entry = get()
-            if entry is None:
-                return
-            try:
-                if not (self._stopping or entry.retired):
-                    self._run(entry.source)
-            except BaseException:  # run_source never raises; this is a last line
-                log.exception("%s/%s: scrape failed", entry.source.name, entry.source.target)
-            finally:
-                entry.busy = False  # before reading retired: see remove
-                if entry.retired:
-                    self._close_once(entry)
+    def _work(self, first: _Entry) -> None:
+        worker = _Worker()
+        entry: _Entry | None = first
+        while entry is not None:
+            self._scrape(entry)
+            with self._cond:
+                if self._stopping:
+                    return
+                if self._backlog:
+                    entry = self._backlog.popleft()
+                    continue
+                self._idle.append(worker)
+            worker.wake.acquire()  # until _hand_over or stop releases it
+            entry, worker.entry = worker.entry, None
+
+    def _scrape(self, entry: _Entry) -> None:
+        try:
+            if not (self._stopping or entry.retired):
+                self._run(entry.source)
+        except BaseException:  # run_source never raises; this is a last line
+            log.exception("%s/%s: scrape failed", entry.source.name, entry.source.target)
+        finally:
+            entry.busy = False  # before reading retired: see remove
+            if entry.retired:
+                self._close_once(entry)
 
     def _close_once(self, entry: _Entry) -> None:
         with self._cond:

@@ -495,6 +495,57 @@ def test_a_tick_that_fails_keeps_its_source_ticking() -> None:
         loop.stop(1.0)
 
 
+class _Named:
+    name = "triton"
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+
+def test_a_few_quick_sources_run_on_one_or_two_workers_of_a_large_pool() -> None:
+    from collector.scrape_loop import ScrapeLoop
+
+    runs: dict[str, int] = {}
+    threads: set[str] = set()
+
+    def run(source: Any) -> None:
+        runs[source.target] = runs.get(source.target, 0) + 1
+        threads.add(threading.current_thread().name)
+
+    loop = ScrapeLoop(run, interval_s=0.05, workers=16)
+    for i in range(3):
+        loop.add(_Named(f"quick-{i}:8000"))  # type: ignore[arg-type]
+    loop.start()
+    try:
+        wait_until(lambda: len(runs) == 3 and min(runs.values()) >= 10, 10, "ten ticks each")
+    finally:
+        loop.stop(1.0)
+    # Each tick went to the worker idle for the shortest time: no thread was started
+    # for a tick that one already idle could take.
+    assert loop.workers_started <= 2, threads
+    assert len(threads) == loop.workers_started
+
+
+def test_sources_slower_than_the_interval_use_the_whole_bound_and_no_more() -> None:
+    from collector.scrape_loop import ScrapeLoop
+
+    _Slow.running[:] = [0, 0]
+    sources = [_Slow(f"slow-{i}:8000", 0.2) for i in range(6)]
+    loop = ScrapeLoop(lambda s: s.collect(), interval_s=0.1, workers=3, close=lambda s: s.close())
+    for source in sources:
+        loop.add(source)  # type: ignore[arg-type]
+    loop.start()
+    try:
+        # Ticks beyond the bound wait in the backlog and run as workers free up.
+        wait_until(lambda: min(s.scrapes for s in sources) >= 2, 10, "two scrapes each")
+    finally:
+        loop.stop(2.0)
+    assert loop.workers_started == 3
+    assert _Slow.running[1] == 3
+    assert not any(s.overlapped for s in sources)
+    assert all(s.closed for s in sources)
+
+
 def test_a_periodic_job_survives_any_exception() -> None:
     from collector.scrape_loop import PeriodicJob
 
