@@ -27,7 +27,7 @@ from collector.testbed.server import (
     processes_of_workdir,
     remove_stale_workdirs,
 )
-from tests.support import free_port
+from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -100,10 +100,16 @@ def _wait_or_show(
         return status
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGUSR1)
-        reader.join(timeout=3)
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: _printed_stacks(output), 3, "the stacks")
         pytest.fail(
             f"still running {timeout_s:.0f} s after SIGTERM; it printed:\n" + "\n".join(output)
         )
+
+
+def _printed_stacks(output: list[str]) -> bool:
+    """Whether the output holds a thread's stack, as faulthandler prints it."""
+    return any(line.startswith("Thread 0x") for line in output)
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -253,10 +259,7 @@ def test_background_demo_stops_on_sigterm_leaving_nothing(
 
     # SIGUSR1 asks for every thread's stack (on stderr) and the demo goes on serving.
     proc.send_signal(signal.SIGUSR1)
-    deadline = time.monotonic() + 10
-    while not any(line.startswith("Thread 0x") for line in output):
-        assert time.monotonic() < deadline, output
-        time.sleep(0.05)
+    wait_until(lambda: _printed_stacks(output), 10, "the stacks SIGUSR1 asks for")
     assert proc.poll() is None
 
     began = time.monotonic()

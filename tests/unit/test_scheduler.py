@@ -495,29 +495,23 @@ def test_a_tick_that_fails_keeps_its_source_ticking() -> None:
         loop.stop(1.0)
 
 
-class _Named:
-    name = "triton"
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-
-
 def test_a_few_quick_sources_run_on_one_or_two_workers_of_a_large_pool() -> None:
     from collector.scrape_loop import ScrapeLoop
 
-    runs: dict[str, int] = {}
     threads: set[str] = set()
 
     def run(source: Any) -> None:
-        runs[source.target] = runs.get(source.target, 0) + 1
         threads.add(threading.current_thread().name)
+        source.collect()
 
-    loop = ScrapeLoop(run, interval_s=0.05, workers=16)
-    for i in range(3):
-        loop.add(_Named(f"quick-{i}:8000"))  # type: ignore[arg-type]
+    sources = [_Slow(f"quick-{i}:8000", 0.0) for i in range(3)]
+    # Ticks 0.2 s apart, so that a stalled loop thread rarely makes all three due at once.
+    loop = ScrapeLoop(run, interval_s=0.2, workers=16)
+    for source in sources:
+        loop.add(source)  # type: ignore[arg-type]
     loop.start()
     try:
-        wait_until(lambda: len(runs) == 3 and min(runs.values()) >= 10, 10, "ten ticks each")
+        wait_until(lambda: min(s.scrapes for s in sources) >= 10, 10, "ten ticks each")
     finally:
         loop.stop(1.0)
     # Each tick went to the worker idle for the shortest time: no thread was started
