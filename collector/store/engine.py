@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from collector.errors import ConfigError
+from collector.store.bulk import json_loads
 from collector.store.migrate import holds_store_schema, upgrade_to_head
 from collector.store.schema import Base
 
@@ -269,7 +270,9 @@ def create_store_engine(url: str, *, pool_size: int | None = None) -> Engine:
     shown = parsed.render_as_string(hide_password=True)
     if pool_size is not None and pool_size < 1:
         raise ValueError(f"pool_size must be at least 1, got {pool_size}")
-    pool: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size}
+    pool: dict[str, Any] = {"json_deserializer": json_loads}
+    if pool_size is not None:
+        pool["pool_size"] = pool_size
     try:
         if parsed.get_backend_name() == "sqlite":
             return _create_sqlite_engine(parsed, pool)
@@ -283,7 +286,12 @@ def _create_sqlite_engine(url: URL, pool: dict[str, Any]) -> Engine:
     in_memory = url.database in (None, "", ":memory:")
     if in_memory:
         # One shared connection, or each thread would see its own empty database.
-        engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
+        engine = create_engine(
+            url,
+            poolclass=StaticPool,
+            connect_args={"check_same_thread": False},
+            json_deserializer=pool["json_deserializer"],
+        )
     else:
         engine = create_engine(url, **pool)
     # The URL's ``timeout`` (seconds) is the driver's busy timeout; else batchscope's.

@@ -11,7 +11,13 @@ from typing import Any, cast
 from sqlalchemy import JSON, Table
 
 from collector import records
-from collector.store.mapping import RowValues, field_names, rates_from, record_from
+from collector.store.mapping import (
+    RowValues,
+    build_record,
+    field_names,
+    rates_from,
+    record_from,
+)
 from collector.store.rows import StoredModelConfig
 from collector.store.schema import BATCH_STAT_LAYOUT, DEVICE_COLUMNS, RATE_COLUMNS, ModelSampleRow
 
@@ -145,10 +151,10 @@ def model_sample_from(row: RowValues) -> records.ModelSample:
     model, version = row["model_name"], row["model_version"]
     # float() of each value: PostgreSQL keeps a NaN quantile as the string "NaN"
     # (see ``collector.store.bulk``).
-    metrics = records.ModelMetrics(
+    values = {name: row[name] for name in _METRIC_FIELDS}
+    values.update(
         model=model,
         version=version,
-        **{name: row[name] for name in _METRIC_FIELDS},
         request_failure_by_reason=failure_counts(row["request_failure_by_reason"]),
         summary_quantiles_us={
             family: {float(q): float(v) for q, v in quantiles.items()}
@@ -159,6 +165,7 @@ def model_sample_from(row: RowValues) -> records.ModelSample:
             for family, buckets in (row["histogram_buckets"] or {}).items()
         },
     )
+    metrics = build_record(records.ModelMetrics, values)
     stats = None
     if row["stats_inference_count"] is not None:
         stats = records.ModelStats(
@@ -175,12 +182,15 @@ def model_sample_from(row: RowValues) -> records.ModelSample:
             },
             batch_stats=batch_stats_from(row["batch_stats"] or ()),
         )
-    return records.ModelSample(
-        target=row["target_name"],
-        collected_at=row["collected_at"],
-        metrics=metrics,
-        stats=stats,
-        rates=rates_from(row),
+    return build_record(
+        records.ModelSample,
+        {
+            "target": row["target_name"],
+            "collected_at": row["collected_at"],
+            "metrics": metrics,
+            "stats": stats,
+            "rates": rates_from(row),
+        },
     )
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.pool import NullPool
 from collector.analysis.health import FLEET_SOURCE
 from collector.records import ModelConfig, TritonSnapshot
 from collector.store import ScrapeRecord, Store
-from collector.store.bulk import json_encoder, json_text
+from collector.store.bulk import json_encoder, json_loads, json_text
 from tests.unit.test_store import full_metrics, full_rates, full_stats
 
 T0 = 1_700_000_000.0
@@ -191,6 +191,26 @@ def test_the_fast_json_encoder_reads_back_as_json_text(doc: Any, finite_only: bo
     if finite_only:
         assert "NaN" not in encoded.replace('"NaN"', "")
     assert json_encoder(finite_only)(None) is None
+
+
+@pytest.mark.parametrize("finite_only", [False, True])
+@pytest.mark.parametrize("doc", _DOCUMENTS, ids=range(len(_DOCUMENTS)))
+def test_the_fast_json_reader_reads_what_json_reads(doc: Any, finite_only: bool) -> None:
+    """orjson reads what it can, json the rest (NaN and the infinities as SQLite keeps
+    them, integers past 64 bits): the values are json's either way."""
+    text = json_text(doc, finite_only=finite_only)
+    assert text is not None
+    for given in (text, text.encode()):
+        read = json_loads(given)
+        # NaN != NaN: compare the values written again.
+        assert json.dumps(read) == json.dumps(json.loads(text))
+        assert type(read) is type(json.loads(text))
+
+
+def test_the_fast_json_reader_refuses_what_json_refuses() -> None:
+    for bad in ("", "{", "[1,]", "nan", "{'a': 1}"):
+        with pytest.raises(ValueError):
+            json_loads(bad)
 
 
 def test_documents_with_any_characters_read_back(store: Store) -> None:
