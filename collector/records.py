@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import operator
 from dataclasses import dataclass, field, fields
-from typing import Final
+from typing import Any, Final, TypeVar, cast
 
 __all__ = [
     "MODEL_COUNTERS",
@@ -37,7 +37,37 @@ __all__ = [
     "ScrapeHealth",
     "ServerMetrics",
     "TritonSnapshot",
+    "build_record",
 ]
+
+
+_R = TypeVar("_R")
+_new_object = object.__new__
+_NOT_DIRECT: frozenset[str] = frozenset()
+
+
+def build_record(cls: type[_R], values: dict[str, Any]) -> _R:
+    """``cls(**values)`` for a dataclass ``cls``; when ``values`` holds every field of
+    a dataclass without ``__post_init__`` or slots, made by filling the record's
+    ``__dict__`` instead: the same record (equality, hash, pickling, still frozen) at
+    less than half the CPU of the frozen ``__init__``, which sets each field through
+    ``object.__setattr__`` -- it shows when thousands of records are made at once."""
+    if values.keys() != _directly_made_fields(cast(type, cls)):
+        return cls(**values)
+    record = _new_object(cls)
+    record.__dict__.update(values)
+    return record
+
+
+@functools.cache
+def _directly_made_fields(cls: type) -> frozenset[str]:
+    """The fields of ``cls`` when ``build_record`` may fill its ``__dict__``; else none."""
+    direct = (
+        not hasattr(cls, "__post_init__")
+        and "__slots__" not in vars(cls)
+        and all(f.init for f in fields(cls))
+    )
+    return frozenset(f.name for f in fields(cls)) if direct else _NOT_DIRECT
 
 
 # --------------------------------------------------------------------------- Triton

@@ -270,19 +270,17 @@ def create_store_engine(url: str, *, pool_size: int | None = None) -> Engine:
     shown = parsed.render_as_string(hide_password=True)
     if pool_size is not None and pool_size < 1:
         raise ValueError(f"pool_size must be at least 1, got {pool_size}")
-    pool: dict[str, Any] = {"json_deserializer": json_loads}
-    if pool_size is not None:
-        pool["pool_size"] = pool_size
+    options: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size}
     try:
         if parsed.get_backend_name() == "sqlite":
-            return _create_sqlite_engine(parsed, pool)
+            return _create_sqlite_engine(parsed, options)
         # pre_ping: a fleet database restarts or drops idle connections.
-        return create_engine(parsed, pool_pre_ping=True, **pool)
+        return create_engine(parsed, pool_pre_ping=True, json_deserializer=json_loads, **options)
     except (ArgumentError, NoSuchModuleError, ImportError) as err:
         raise ConfigError("db_url", f"unsupported database URL {shown}: {err}") from None
 
 
-def _create_sqlite_engine(url: URL, pool: dict[str, Any]) -> Engine:
+def _create_sqlite_engine(url: URL, options: dict[str, Any]) -> Engine:
     in_memory = url.database in (None, "", ":memory:")
     if in_memory:
         # One shared connection, or each thread would see its own empty database.
@@ -290,10 +288,10 @@ def _create_sqlite_engine(url: URL, pool: dict[str, Any]) -> Engine:
             url,
             poolclass=StaticPool,
             connect_args={"check_same_thread": False},
-            json_deserializer=pool["json_deserializer"],
+            json_deserializer=json_loads,
         )
     else:
-        engine = create_engine(url, **pool)
+        engine = create_engine(url, json_deserializer=json_loads, **options)
     # The URL's ``timeout`` (seconds) is the driver's busy timeout; else batchscope's.
     busy_ms = None if "timeout" in url.query else _SQLITE_BUSY_TIMEOUT_MS
     _configure_sqlite(engine, wal=not in_memory, busy_timeout_ms=busy_ms)

@@ -12,7 +12,7 @@ from typing import Any, TypeVar, cast
 from pydantic import TypeAdapter
 from sqlalchemy import Column, Table
 
-from collector.records import ModelPeaks, ModelRates, Recommendation
+from collector.records import ModelPeaks, ModelRates, Recommendation, build_record
 from collector.store.schema import (
     PEAK_COLUMNS,
     RATE_COLUMNS,
@@ -22,7 +22,6 @@ from collector.store.schema import (
 
 __all__ = [
     "RowValues",
-    "build_record",
     "columns",
     "field_names",
     "orm_values",
@@ -61,64 +60,13 @@ def record_from(
 ) -> _R:
     """Build dataclass ``cls`` from the values in ``row`` under its field names (or
     the column names in ``rename``), taking ``extra`` fields as given."""
-    values = {name: row[column] for name, column in _columns_of(cls, rename, extra)}
-    if extra:
-        values.update(extra)
+    rename = rename or {}
+    extra = extra or {}
+    values = {
+        name: extra[name] if name in extra else row[rename.get(name, name)]
+        for name in field_names(cast(type, cls))
+    }
     return build_record(cls, values)
-
-
-def build_record(cls: type[_R], values: dict[str, Any]) -> _R:
-    """``cls(**values)`` for a dataclass ``cls``; when ``values`` holds every field of
-    a dataclass without ``__post_init__`` or slots, made by filling the record's
-    ``__dict__`` instead: the same record (equality, hash, pickling, still frozen) at
-    less than half the CPU of the frozen ``__init__``, which sets each field through
-    ``object.__setattr__`` -- it shows when a window of thousands of samples is read."""
-    if values.keys() != _directly_made_fields(cast(type, cls)):
-        return cls(**values)
-    record = _new_object(cls)
-    record.__dict__.update(values)
-    return record
-
-
-_new_object = object.__new__
-_NOT_DIRECT: frozenset[str] = frozenset()
-
-
-@functools.cache
-def _directly_made_fields(cls: type) -> frozenset[str]:
-    """The fields of ``cls`` when ``build_record`` may fill its ``__dict__``; else none."""
-    direct = (
-        not hasattr(cls, "__post_init__")
-        and "__slots__" not in vars(cls)
-        and all(f.init for f in fields(cls))
-    )
-    return frozenset(field_names(cls)) if direct else _NOT_DIRECT
-
-
-# (class, id of the renaming, extra fields) -> (the renaming, kept so that its id is
-# not reused while cached; (field, column) of each field read from a row).
-_COLUMNS: dict[
-    tuple[type, int, tuple[str, ...]],
-    tuple[Mapping[str, str] | None, tuple[tuple[str, str], ...]],
-] = {}
-_MAX_COLUMN_PLANS = 256  # callers pass module constants; a bound all the same
-
-
-def _columns_of(
-    cls: type, rename: Mapping[str, str] | None, extra: Mapping[str, Any] | None
-) -> tuple[tuple[str, str], ...]:
-    key = (cls, id(rename), tuple(extra) if extra else ())
-    cached = _COLUMNS.get(key)
-    if cached is not None and cached[0] is rename:
-        return cached[1]
-    renamed = rename or {}
-    pairs = tuple(
-        (name, renamed.get(name, name)) for name in field_names(cls) if name not in key[2]
-    )
-    if len(_COLUMNS) >= _MAX_COLUMN_PLANS:
-        _COLUMNS.clear()
-    _COLUMNS[key] = (rename, pairs)
-    return pairs
 
 
 def record_values(

@@ -11,13 +11,8 @@ from typing import Any, cast
 from sqlalchemy import JSON, Table
 
 from collector import records
-from collector.store.mapping import (
-    RowValues,
-    build_record,
-    field_names,
-    rates_from,
-    record_from,
-)
+from collector.records import build_record
+from collector.store.mapping import RowValues, field_names, rates_from, record_from
 from collector.store.rows import StoredModelConfig
 from collector.store.schema import BATCH_STAT_LAYOUT, DEVICE_COLUMNS, RATE_COLUMNS, ModelSampleRow
 
