@@ -15,7 +15,9 @@ soak, and what each pass reads grows with them.
 
 The duration and the sampling interval are ``$BATCHSCOPE_SOAK_S`` (900) and
 ``$BATCHSCOPE_SOAK_SAMPLE_S`` (60), read when the module loads, so a short run
-(``BATCHSCOPE_SOAK_S=120 BATCHSCOPE_SOAK_SAMPLE_S=10``) shows it works.
+(``BATCHSCOPE_SOAK_S=120 BATCHSCOPE_SOAK_SAMPLE_S=10``) shows the harness works; it
+judges RSS while the heaps still grow to their high-water mark (see ``WARMUP_S``), so
+its RSS bound may fail where the full run's does not.
 """
 
 from __future__ import annotations
@@ -54,15 +56,23 @@ __all__ = ["triton_available", "triton_factory"]
 
 SOAK_S = float(os.environ.get("BATCHSCOPE_SOAK_S", "900"))
 SAMPLE_EVERY_S = float(os.environ.get("BATCHSCOPE_SOAK_SAMPLE_S", "60"))
-# The first third of the samples (at most 3 minutes) is warm-up: caches, pools and the
-# first analyses and rollups fill then.
-WARMUP_S = min(SOAK_S / 3, 180.0)
-# Bounds after warm-up. RSS: a slope under 1 % of the warm RSS per minute, and the last
-# sample within 10 % of the first; descriptors and threads: a slope under 0.5 a minute
-# (one more pooled connection opened once is a step, not a trend), the last at most 4
-# above the first (a connection or a worker in flight).
-RSS_SLOPE_SHARE_PER_MIN = 0.01
-RSS_FINAL_SHARE = 0.10
+# The first half of the run (at most 7.5 minutes) is warm-up. Caches, pools and the
+# first analyses and rollups fill in the first 3 minutes, but the allocators' heaps
+# reach their high-water mark later, when the UI's views and the recommender's passes
+# first peak together: in one 15-minute run, glibc's second heap went from 5.0 MiB at
+# 30 s to 9.6 MiB at 120 s and 11.3 MiB at 360 s, and stayed there to the end; RSS
+# rose 0.25 MiB a minute over minutes 3-20 of a 20-minute run, and 0.04 over
+# minutes 7-20. The slope from minute 3 (``SETTLING_S``) is reported beside the judged one.
+WARMUP_S = min(SOAK_S / 2, 450.0)
+SETTLING_S = min(SOAK_S / 3, 180.0)
+# Bounds after warm-up. RSS: a slope under 0.25 % of the warm RSS per minute (0.4 MiB
+# at 160 MiB: four times the steepest of four runs measured after minute 7, and a leak
+# of 24 MiB an hour fails it), and the last sample within 3 % of the first; descriptors
+# and threads: a slope under 0.5 a minute (one more pooled connection opened once is a
+# step, not a trend), the last at most 4 above the first (a connection or a worker in
+# flight).
+RSS_SLOPE_SHARE_PER_MIN = 0.0025
+RSS_FINAL_SHARE = 0.03
 COUNT_SLOPE_PER_MIN = 0.5
 COUNT_FINAL_EXTRA = 4
 
@@ -286,6 +296,7 @@ def test_serve_soak_has_no_growth(
     assert len(warm) >= 3, samples
     first, last = warm[0], warm[-1]
     rss_slope = slope_per_min(warm, "rss")
+    settling_slope = slope_per_min([s for s in samples if s.at >= SETTLING_S], "rss")
     fd_slope = slope_per_min(warm, "fds")
     thread_slope = slope_per_min(warm, "threads")
     table = "\n".join(
@@ -311,7 +322,8 @@ def test_serve_soak_has_no_growth(
         outcome=f"{sent} inferences, 0 failed; {pages.total('requests')} UI requests, 0 5xx; "
         f"RSS {samples[0].rss / mib:.0f} -> {first.rss / mib:.0f} MiB after "
         f"{WARMUP_S:g} s warm-up -> {last.rss / mib:.0f} MiB at the end (slope "
-        f"{rss_slope / 1024:.0f} KiB/min over {len(warm)} samples); fds {first.fds} -> "
+        f"{rss_slope / 1024:.0f} KiB/min over {len(warm)} samples; "
+        f"{settling_slope / 1024:.0f} KiB/min from {SETTLING_S:g} s); fds {first.fds} -> "
         f"{last.fds} ({fd_slope:+.2f}/min); threads {first.threads} -> {last.threads} "
         f"({thread_slope:+.2f}/min); {len(receiver.received)} alert posts received",
     )
