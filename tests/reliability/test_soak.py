@@ -61,7 +61,7 @@ SAMPLE_EVERY_S = float(os.environ.get("BATCHSCOPE_SOAK_SAMPLE_S", "60"))
 # Each sample's RSS is the median of readings this far apart, not one reading. serve
 # collects its garbage and hands free pages back once a minute (``process_control``):
 # RSS then dips by 1.5-2 MiB and is back within about 10 s. The collection's minute is
-# 60 s plus the collection (80-135 ms), so one reading a minute sits at a point of that
+# 60 s plus the collection (78-135 ms), so one reading a minute sits at a point of that
 # cycle that moves by about 0.1 s a minute. In one run, read every 10 s inside serve as
 # well, the test's readings of minutes 1-8 were 1.5-2 MiB below serve's own and those
 # of minutes 9-15 were not: a 2.6 MiB step in the table that serve's readings lacked.
