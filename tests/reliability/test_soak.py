@@ -60,13 +60,13 @@ SOAK_S = float(os.environ.get("BATCHSCOPE_SOAK_S", "900"))
 SAMPLE_EVERY_S = float(os.environ.get("BATCHSCOPE_SOAK_SAMPLE_S", "60"))
 # Each sample's RSS is the median of readings this far apart, not one reading. serve
 # collects its garbage and hands free pages back once a minute (``process_control``):
-# RSS then dips by 1.5-2 MiB and is back within about 10 s. The collection's minute is
-# 60 s plus the collection (78-135 ms), so one reading a minute sits at a point of that
-# cycle that moves by about 0.1 s a minute. In one run, read every 10 s inside serve as
-# well, the test's readings of minutes 1-8 were 1.5-2 MiB below serve's own and those
-# of minutes 9-15 were not: a 2.6 MiB step in the table that serve's readings lacked.
-# The median also passes over a moment's peak (a view being drawn, up to 3 MiB in the
-# last minute of one run) that the minute's highest reading would take for its level.
+# RSS then dips, by 1.3-1.7 MiB in one run read every 10 s inside serve, and is back
+# within about 10 s. The collection's minute is 60 s plus the collection (78-135 ms),
+# so one reading a minute sits at a point of that cycle that moves by about 0.1 s a
+# minute. In that run the test's readings of minutes 2-8 were 1.1-2.5 MiB below the
+# median of serve's own, and those of minutes 9-15 were not: a 2.6 MiB step in the
+# test's table where serve's median rose 0.9 MiB. The median also passes over a
+# moment's peak, 3.3 MiB above the minute before in the last minute of another run.
 READ_EVERY_S = min(5.0, SAMPLE_EVERY_S)
 # The first half of the run (at most 7.5 minutes) is warm-up. Caches, pools and the
 # first analyses and rollups fill in the first 3 minutes, but the allocators' heaps
