@@ -13,6 +13,10 @@ again:
 - Lines of families the caller does not want are recognised by their metric name and
   skipped: their labels and values are not read (nor checked beyond a well-formed name).
 - Only a line the caches do not know is parsed in full.
+- A page whose every pair came from the caches leaves its *shape*: the text between
+  the tokens that end its lines. The next page of the same text (a target's page,
+  scrape after scrape, with only the values moved on) is read with one ``re.split``
+  and a few list operations in C, no Python code per line (``_PageShape``).
 
 The caches are bounded (``max_series``): when they hold more entries than that at the
 start of a page, they are emptied, so a target whose label values churn costs the full
@@ -376,6 +380,10 @@ class ExpositionScanner(Generic[P]):
         # The hot loop's cache outside wanted blocks: always empty, so every line misses.
         self._none: dict[bytes, P] = {}
         self._entries = 0
+        # The last page's text between its values, when the caches gave every pair of
+        # it: a page with that same text is read from it (see ``_PageShape``).
+        self._shape: _PageShape[P] | None = None
+        self.pages_from_shape = 0  # pages read from the last page's shape, for tests
         self._begin()
 
     @property
@@ -399,12 +407,19 @@ class ExpositionScanner(Generic[P]):
 
     def scan(self, body: bytes) -> tuple[list[tuple[P, float]], dict[str, str]]:
         """Pairs and families of one page. Raises ``ParseError`` or ``IrregularPage``."""
+        shape = self._shape
+        if shape is not None:
+            pairs = shape.pairs(body)
+            if pairs is not None:
+                self.pages_from_shape += 1
+                return pairs, dict(shape.types)
         self._begin()
-        pairs: list[tuple[P, float]] = []
+        pairs = []
         append = pairs.append
+        hits: list[int] = []  # the lines whose pair the caches gave
         series = self._none
         try:
-            for line in body.split(b"\n"):
+            for number, line in enumerate(body.split(b"\n")):
                 if not line:
                     continue
                 if line[0] == _HASH:
@@ -415,16 +430,25 @@ class ExpositionScanner(Generic[P]):
                 if hit is not None and b"_" not in tail:
                     try:
                         append((hit, float(tail)))
+                        hits.append(number)
                         continue
                     except ValueError:
                         pass
                 series = self._sample(line, pairs)
             self._end_block()
         except _LineError as exc:
+            self._shape = None
             line = exc.args[1] if len(exc.args) > 1 else b""
             raise ParseError(_where(body, line, str(exc.args[0]))) from None
         except (ValueError, IndexError, KeyError, UnicodeError) as exc:
+            self._shape = None
             raise ParseError(f"invalid Prometheus exposition: {exc}") from exc
+        except IrregularPage:
+            self._shape = None
+            raise
+        self._shape = (
+            _PageShape.of(body, pairs, hits, self._types) if len(hits) == len(pairs) else None
+        )
         return pairs, self._types
 
     # --------------------------------------------------------------- block changes
@@ -561,7 +585,9 @@ class ExpositionScanner(Generic[P]):
 def _value_at_tail(line: bytes, parsed: ParsedSample) -> bool:
     """True when the text before the line's last space is the series text plus blanks."""
     cut = line.rfind(b" ")
-    return cut >= parsed.series_end and not line[parsed.series_end : cut].strip()
+    # Without labels the series text ends at the blanks after the name.
+    end = len(line[: parsed.series_end].rstrip(_BLANKS))
+    return cut >= end and not line[end:cut].strip()
 
 
 def _where(body: bytes, line: bytes, reason: str) -> str:
@@ -569,6 +595,88 @@ def _where(body: bytes, line: bytes, reason: str) -> str:
     number = lines.index(line) + 1 if line and line in lines else 0
     excerpt = line.decode("utf-8", "replace").strip()[:_EXCERPT]
     return f"invalid Prometheus exposition: line {number}: {reason}: {excerpt!r}"
+
+
+# --------------------------------------------------------------------------- page shapes
+
+# The text after a line's last space, up to the end of the line: a sample's value when
+# the line has no timestamp. ``split`` with it cuts a page into the text between those
+# tokens (even items) and the tokens (odd items). Possessive: a comment's words, which
+# a space follows, are given up at once.
+_LAST_TOKEN = re.compile(rb"(?m) ([^ \n]++)$")
+
+
+class _PageShape(Generic[P]):
+    """A page read from the caches alone, kept as the text between the tokens that end
+    its lines, so that the next page of the same text is read in a few C calls.
+
+    Exact: the shape is kept only when the caches gave every pair of the page (so each
+    pair's value is the float of its line's last token, which no timestamp follows),
+    and a page is read from it only when the text between the tokens is the same, the
+    tokens that gave no pair (comments' last words, lines of families not wanted) are
+    the same, and the value tokens pass the checks of ``scan``'s cached path (no ``_``,
+    ``float()`` takes them): then ``scan`` would take the same blocks, hit the same
+    cache entries and give the same pairs. Anything else and ``scan`` reads the page.
+    """
+
+    __slots__ = ("fixed", "fixed_tokens", "payloads", "texts", "types", "values")
+
+    def __init__(
+        self,
+        texts: list[bytes],
+        values: list[int],
+        payloads: list[P],
+        fixed: list[int],
+        fixed_tokens: list[bytes],
+        types: dict[str, str],
+    ) -> None:
+        self.texts = texts
+        self.values = values  # the token of each pair, in pair order
+        self.payloads = payloads
+        self.fixed = fixed  # the tokens that gave no pair, and what they were
+        self.fixed_tokens = fixed_tokens
+        self.types = dict(types)
+
+    @classmethod
+    def of(
+        cls,
+        body: bytes,
+        pairs: list[tuple[P, float]],
+        hit_lines: list[int],
+        types: dict[str, str],
+    ) -> _PageShape[P] | None:
+        """The shape of a page whose pair ``i`` came from the caches on line
+        ``hit_lines[i]``; None when a pair's line has no token (never expected)."""
+        parts = _LAST_TOKEN.split(body)
+        texts, tokens = parts[0::2], parts[1::2]
+        token_of_line: dict[int, int] = {}
+        line = 0
+        for index, text in enumerate(texts[: len(tokens)]):
+            line += text.count(b"\n")
+            token_of_line[line] = index
+        values = [token_of_line.get(number, -1) for number in hit_lines]
+        if -1 in values:
+            return None
+        taken = set(values)
+        fixed = [i for i in range(len(tokens)) if i not in taken]
+        fixed_tokens = [tokens[i] for i in fixed]
+        return cls(texts, values, [payload for payload, _ in pairs], fixed, fixed_tokens, types)
+
+    def pairs(self, body: bytes) -> list[tuple[P, float]] | None:
+        """The page's pairs, or None when it is not of this shape."""
+        parts = _LAST_TOKEN.split(body)
+        if parts[0::2] != self.texts:
+            return None
+        tokens = parts[1::2]
+        if [tokens[i] for i in self.fixed] != self.fixed_tokens:
+            return None
+        values = [tokens[i] for i in self.values]
+        if b"_" in b" ".join(values):
+            return None
+        try:
+            return list(zip(self.payloads, map(float, values), strict=True))
+        except ValueError:
+            return None
 
 
 # --------------------------------------------------------------------------- families

@@ -132,6 +132,11 @@ class TritonMetricsParser:
     def cached_entries(self) -> int:
         return self._scanner.cached_entries
 
+    @property
+    def pages_from_shape(self) -> int:
+        """Pages read from the previous page's shape (see ``ExpositionScanner``)."""
+        return self._scanner.pages_from_shape
+
     def parse(self, body: bytes) -> TritonMetrics:
         """Parse and map one metrics page given as bytes. Raises ``ParseError``."""
         try:

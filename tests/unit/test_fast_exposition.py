@@ -418,3 +418,102 @@ def test_generated_triton_pages_match_parse_metrics(first: str, second: str) -> 
         assert _metrics_or_error(parser.parse, text.encode()) == _metrics_or_error(
             parse_metrics, text
         )
+
+
+# --------------------------------------------------------------------------- page shapes
+
+# What a later scrape may put where a value was: numbers, special floats, and text the
+# shape must not take (an underscore, a word, a timestamp after the value, nothing).
+_LATER_VALUES = st.sampled_from(
+    ["0", "7", "2.5e3", "NaN", "+Inf", "-Inf", "nan", "1_0", "abc", "5 1700000000", "", "1e"]
+)
+
+
+def _revalued(text: str, values: list[str]) -> str:
+    """``text`` with each sample line's last token replaced by the next of ``values``."""
+    lines = text.split("\n")
+    k = 0
+    for i, line in enumerate(lines):
+        if line and not line.startswith("#") and " " in line:
+            lines[i] = line.rpartition(" ")[0] + " " + values[k % len(values)]
+            k += 1
+    return "\n".join(lines)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
+@given(_triton_page(), st.lists(st.lists(_LATER_VALUES, min_size=1, max_size=6), max_size=4))
+def test_pages_of_one_shape_match_parse_metrics(first: str, later: list[list[str]]) -> None:
+    """Scrape after scrape of one page whose values move (or turn to text that is not a
+    value): every page as parse_metrics reads it, from the shape or not."""
+    parser = TritonMetricsParser()
+    for text in (first, first, *(_revalued(first, values) for values in later), first):
+        expected = _metrics_or_error(parse_metrics, text)
+        got = _metrics_or_error(parser.parse, text.encode())
+        if expected.startswith("ParseError("):
+            # The two parsers word an error differently; both must refuse the page.
+            assert got.startswith("ParseError(")
+        else:
+            assert got == expected
+
+
+def test_a_triton_page_whose_values_move_is_read_from_its_shape() -> None:
+    page = _scaled(20)
+    parser = TritonMetricsParser()
+    for step in range(5):
+        moved = _advanced(page, step)
+        assert parser.parse(moved.encode()) == parse_metrics(moved)
+    # Cold, then warm (the shape kept), then three pages read from it.
+    assert parser.pages_from_shape == 3
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("# TYPE nv_inference_count counter", "# TYPE nv_inference_count gauge"),
+        ("# HELP nv_inference_count Number", "# HELP nv_inference_count Count"),
+        (
+            'nv_inference_count{model="m1",version="1"}',
+            'nv_inference_count{model="m1",version="2"}',
+        ),
+    ],
+    ids=["type", "help", "series"],
+)
+def test_a_page_of_another_text_is_not_read_from_the_shape(old: str, new: str) -> None:
+    page = _advanced(_scaled(3), 1)
+    changed = page.replace(old, new, 1)
+    assert changed != page
+    parser = TritonMetricsParser()
+    parser.parse(page.encode())
+    parser.parse(page.encode())
+    assert _metrics_or_error(parser.parse, changed.encode()) == _metrics_or_error(
+        parse_metrics, changed
+    )
+    assert parser.pages_from_shape == 0
+
+
+def test_a_value_the_shape_must_not_take_is_a_parse_error_naming_its_line() -> None:
+    page = _advanced(_scaled(3), 1)
+    parser = TritonMetricsParser()
+    parser.parse(page.encode())
+    parser.parse(page.encode())
+    bad = re.sub(r"(nv_inference_count\{[^}]*\}) \S+", r"\1 1_000", page, count=1)
+    with pytest.raises(ParseError, match="line"):
+        parser.parse(bad.encode())
+    assert parser.parse(page.encode()) == parse_metrics(page)
+    assert parser.pages_from_shape == 0  # the bad page left no shape to read this one
+
+
+def test_label_less_lines_are_read_from_the_caches() -> None:
+    """Gauges without labels (Triton's nv_cpu_*, nv_pinned_*) come from the caches once
+    seen, like every other series: a page of them keeps a shape."""
+    page = "# TYPE nv_cpu_utilization gauge\nnv_cpu_utilization 0.5\n"
+    parser = TritonMetricsParser()
+    for value in ("0.5", "0.25", "0.75"):
+        text = page.replace("0.5", value)
+        assert parser.parse(text.encode()) == parse_metrics(text)
+    assert parser.pages_from_shape == 1
