@@ -45,8 +45,9 @@ after its samples, or a wanted family whose blocks disagree on its type -- raise
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
@@ -627,13 +628,13 @@ class _PageShape(Generic[P]):
         values: list[int],
         payloads: list[P],
         fixed: list[int],
-        fixed_tokens: list[bytes],
+        fixed_tokens: tuple[bytes, ...],
         types: dict[str, str],
     ) -> None:
         self.texts = texts
-        self.values = values  # the token of each pair, in pair order
+        self.values = _picker(values)  # the token of each pair, in pair order
         self.payloads = payloads
-        self.fixed = fixed  # the tokens that gave no pair, and what they were
+        self.fixed = _picker(fixed)  # the tokens that gave no pair, and what they were
         self.fixed_tokens = fixed_tokens
         self.types = dict(types)
 
@@ -659,7 +660,7 @@ class _PageShape(Generic[P]):
             return None
         taken = set(values)
         fixed = [i for i in range(len(tokens)) if i not in taken]
-        fixed_tokens = [tokens[i] for i in fixed]
+        fixed_tokens = tuple(tokens[i] for i in fixed)
         return cls(texts, values, [payload for payload, _ in pairs], fixed, fixed_tokens, types)
 
     def pairs(self, body: bytes) -> list[tuple[P, float]] | None:
@@ -668,15 +669,26 @@ class _PageShape(Generic[P]):
         if parts[0::2] != self.texts:
             return None
         tokens = parts[1::2]
-        if [tokens[i] for i in self.fixed] != self.fixed_tokens:
+        if self.fixed(tokens) != self.fixed_tokens:
             return None
-        values = [tokens[i] for i in self.values]
+        values = self.values(tokens)
         if b"_" in b" ".join(values):
             return None
         try:
             return list(zip(self.payloads, map(float, values), strict=True))
         except ValueError:
             return None
+
+
+def _picker(indices: Sequence[int]) -> Callable[[Sequence[bytes]], tuple[bytes, ...]]:
+    """The items at ``indices`` as a tuple, picked in C (``itemgetter`` gives a bare
+    item for one index, and takes no empty list)."""
+    if not indices:
+        return lambda _items: ()
+    if len(indices) == 1:
+        only = indices[0]
+        return lambda items: (items[only],)
+    return operator.itemgetter(*indices)
 
 
 # --------------------------------------------------------------------------- families

@@ -517,3 +517,23 @@ def test_label_less_lines_are_read_from_the_caches() -> None:
         text = page.replace("0.5", value)
         assert parser.parse(text.encode()) == parse_metrics(text)
     assert parser.pages_from_shape == 1
+
+
+@pytest.mark.parametrize(
+    ("page", "from_shape"),
+    [
+        # One value and one other token (the type): the first page fills the caches,
+        # the second leaves a shape, the third is read from it.
+        ('# TYPE nv_inference_count counter\nnv_inference_count{model="a",version="1"} 5\n', 1),
+        # No value (a comment alone; nothing): the first page leaves a shape already.
+        ("# TYPE nv_inference_count counter\n", 2),
+        ("", 2),
+    ],
+    ids=["one-value", "comment-only", "empty"],
+)
+def test_pages_with_one_token_or_none_are_read_from_their_shape(page: str, from_shape: int) -> None:
+    parser = TritonMetricsParser()
+    for step in range(3):
+        text = page.replace(" 5", f" {5 + step}")
+        assert parser.parse(text.encode()) == parse_metrics(text)
+    assert parser.pages_from_shape == from_shape
