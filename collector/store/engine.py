@@ -325,6 +325,4 @@ def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_ms: int | None)
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         write = connection.get_execution_options().get(_WRITE_OPTION, False)
-        # Straight to the driver: every scrape's write begins here, and SQLAlchemy's
-        # statement path (a cursor, its events, a result) costs more than the BEGIN.
-        connection.connection.driver_connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
