@@ -74,3 +74,19 @@ def test_a_jemalloc_the_loader_cannot_preload_is_not_tried_again(tmp_path: Path)
     with _exporter(tmp_path, LD_PRELOAD=missing) as proc:
         assert "libjemalloc" not in _mapped_libraries(proc.pid)
     assert proc.returncode == 0
+
+
+def test_an_unknown_allocator_is_refused_naming_the_setting(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
+    env["BATCHSCOPE_ALLOCATOR"] = "tcmalloc"
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "exporter", "--triton", "http://127.0.0.1:1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode != 0
+    assert "invalid setting allocator" in done.stderr, done.stderr
+    assert "jemalloc" in done.stderr and "system" in done.stderr

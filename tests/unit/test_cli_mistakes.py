@@ -316,18 +316,3 @@ def test_an_invalid_file_sd_entry_is_one_line_naming_the_file_and_entry(
     assert line.startswith(f"batchscope: invalid setting file_sd: {fleet}: group 1 targets[0]: ")
     assert "host:port (no scheme)" in line
     assert not db.exists()  # refused before the store was made
-
-
-@pytest.mark.parametrize("command", ["serve", "collect", "exporter"])
-def test_an_unknown_allocator_is_refused_naming_the_setting(
-    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("BATCHSCOPE_ALLOCATOR", "tcmalloc")
-    status = main([command, "--triton", "http://127.0.0.1:1", "--db", "sqlite:///a.db"])
-    out, err = capsys.readouterr()
-    assert status == 2, out + err
-    line = _one_line(err)
-    assert line.startswith("batchscope: invalid setting allocator:"), line
-    assert "'jemalloc'" in line and "'system'" in line
-    assert list(tmp_path.iterdir()) == []  # nothing started, no store made
