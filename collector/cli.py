@@ -29,7 +29,6 @@ from collector.command_support import (
     describe_targets,
     existing_store,
     require_targets,
-    run_on_configured_allocator,
     split_list,
     stop_on_signals,
 )
@@ -75,7 +74,6 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         args, interval_s=args.interval, sources=split_list(args.sources), duration_s=args.duration
     )
     require_targets(settings)
-    run_on_configured_allocator(args, settings)
     detectors = detector_job(detector_settings(settings.analysis))
     store = Store(settings.db_url, pool_size=store_pool_size(settings, other_threads=1))  # + alerts
     try:
@@ -367,7 +365,6 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     settings = load_settings(
         config_file=args.config, overrides={"db_url": args.db_url, "triton": args.triton}
     )
-    run_on_configured_allocator(args, settings)
     store = existing_store(settings.db_url)
     actions = ConfigActions(store, settings.targets, apply=settings.ui_apply)
     try:
@@ -392,7 +389,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     _check_ui_flags(args)
     settings = collecting_settings(args, interval_s=args.interval, sources=split_list(args.sources))
     require_targets(settings)
-    run_on_configured_allocator(args, settings)
     service = Service(settings, host=args.host, port=args.port, refresh_s=args.refresh)
     stop = stop_on_signals()
     try:
@@ -647,7 +643,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.as_program = argv is None  # its own command line: see run_on_configured_allocator
     tune_gc_for_service()
     dump_stacks_on_sigusr1()
     logging.basicConfig(

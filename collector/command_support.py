@@ -25,7 +25,6 @@ __all__ = [
     "describe_targets",
     "existing_store",
     "require_targets",
-    "run_on_configured_allocator",
     "split_list",
     "stop_on_signals",
 ]
@@ -89,16 +88,6 @@ def collecting_settings(
     if settings.file_sd and check_file_sd:
         FileSd(settings.file_sd).load()  # a file missing or invalid stops the start here
     return settings
-
-
-def run_on_configured_allocator(args: argparse.Namespace, settings: Settings) -> None:
-    """``run_on_allocator(settings.allocator)`` for a long-running command run as the
-    program (``main`` sets ``args.as_program``), not for one run in-process (as tests
-    run commands): that process's command line is not the command's."""
-    from collector.process_control import run_on_allocator
-
-    if getattr(args, "as_program", False):
-        run_on_allocator(settings.allocator)
 
 
 NO_TARGET = (

@@ -32,8 +32,6 @@ YAML file (all keys optional)::
     retention: {raw_keep_s: 604800, rollup_keep_s: 7776000, rollup_bucket_s: 300,
                 every_s: 300}
     recommend_every_s: 60          # `serve` stores a recommendation per model this often
-    allocator: jemalloc            # long-running commands' malloc: jemalloc (when
-                                   # installed) or system (the C library's)
     apply:                         # applying a recommendation (`apply`, the UI's Apply)
       before_s: 30                 # measured before the change ...
       after_s: 30                  # ... and after it
@@ -91,7 +89,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
@@ -391,10 +389,6 @@ class Settings(BaseSettings):
     # Fleet mode: the Prometheus (its base URL) whose Triton series the ``prometheus``
     # source reads, instead of scraping each server (collector.sources.prometheus).
     prometheus_url: str | None = None
-    # The malloc that ``serve``, ``collect``, ``dashboard`` and ``exporter`` run on:
-    # jemalloc when installed (see ``collector.process_control.run_on_allocator``), or
-    # the C library's.
-    allocator: Literal["jemalloc", "system"] = "jemalloc"
 
     @field_validator("prometheus_url")
     @classmethod

@@ -17,7 +17,6 @@ import contextlib
 import ctypes
 import faulthandler
 import gc
-import logging
 import os
 import signal
 import sys
@@ -26,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any, TextIO
 
-__all__ = ["ALLOCATORS", "die_with_parent", "run_on_allocator", "stop_on_signals"]
+__all__ = ["die_with_parent", "stop_on_signals"]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -151,63 +150,6 @@ _sweeper_stop = threading.Event()
 # glibc's; None on another C library.
 _MALLOPT = _libc_function("mallopt")
 _MALLOC_TRIM = _libc_function("malloc_trim")
-
-# The allocators a long-running command may run on (the ``allocator`` setting).
-ALLOCATORS = ("jemalloc", "system")
-# After the changes above, a 15-minute soak of serve on glibc's malloc still grew
-# 0.1-0.2 MiB a minute after its warm-up while the bytes in use (heaptrack) and
-# Python's own (tracemalloc) stayed flat: the free space inside glibc's main heap grew
-# (fragmentation), and trimming it each minute did not stop that. On jemalloc the same
-# soak was flat after its warm-up (about 8 % more RSS to start with).
-_JEMALLOC = "jemalloc"
-
-
-def on_jemalloc() -> bool:
-    """Whether jemalloc is mapped into this process (preloaded)."""
-    try:
-        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
-            return any("libjemalloc" in line for line in maps)
-    except OSError:
-        return False
-
-
-def jemalloc_library() -> str | None:
-    """The name by which the dynamic loader finds jemalloc here, or None."""
-    import ctypes.util  # runs ldconfig: only when asked
-
-    return ctypes.util.find_library(_JEMALLOC)
-
-
-def run_on_allocator(allocator: str) -> None:
-    """Run this long-running command on ``allocator`` (``ALLOCATORS``).
-
-    For ``"jemalloc"`` when it is not mapped yet: replace this process (same pid, same
-    command line) with one that preloads it, so this call returns only in the new one,
-    or when jemalloc is not installed (logged; the process goes on on the C library's
-    malloc, tuned by ``tune_gc_for_service``). Call it before the command starts a
-    thread or child of its own, and only in a process that runs the command line it
-    was started with (``sys.orig_argv``). ``"system"`` does nothing."""
-    if allocator != _JEMALLOC or not sys.platform.startswith("linux") or on_jemalloc():
-        return
-    preloaded = os.environ.get("LD_PRELOAD", "")
-    if _JEMALLOC in preloaded:
-        # Asked for and not mapped: the loader could not preload it and said so. Going
-        # on here stops a second replacement.
-        return
-    library = jemalloc_library()
-    if library is None:
-        logging.getLogger("batchscope").warning(
-            "allocator: jemalloc is not installed (Debian and Ubuntu: libjemalloc2); "
-            "running on the C library's malloc, whose heap may creep up over days "
-            "(allocator: system runs on it without this warning)"
-        )
-        return
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            stream.flush()
-    preload = " ".join(p for p in (library, preloaded) if p)
-    argv = [sys.executable, *sys.orig_argv[1:]]
-    os.execve(sys.executable, argv, {**os.environ, "LD_PRELOAD": preload})
 
 
 def _collect_fully_forever(stop: threading.Event) -> None:

@@ -123,15 +123,9 @@ def _settings(args: argparse.Namespace, own_db_url: str | None) -> Settings:
 
 def _cmd_exporter(args: argparse.Namespace) -> int:
     # The CLI's shared pieces: the same Ctrl-C/SIGTERM handling and "no target" line.
-    from collector.command_support import (
-        require_targets,
-        run_on_configured_allocator,
-        stop_on_signals,
-    )
+    from collector.command_support import require_targets, stop_on_signals
 
     host, port = parse_listen(args.listen)
-    # Before the temporary store's folder is made: a replaced process would leave it.
-    run_on_configured_allocator(args, _settings(args, None))
     own_dir = None if args.db_url else Path(tempfile.mkdtemp(prefix="batchscope-exporter-"))
     try:
         settings = _settings(args, f"sqlite:///{own_dir / 'exporter.db'}" if own_dir else None)

@@ -343,21 +343,7 @@ def test_serve_soak_has_no_growth(
         f"fds {s.fds:4d}  threads {s.threads:3d}"
         for s in samples
     )
-    # serve runs on jemalloc where it is installed (the ``allocator`` setting's default).
-    allocator = (
-        "jemalloc"
-        if any("libjemalloc" in m.path for m in process.memory_maps())
-        else "the C library's malloc"
-    )
-    mib = 2**20
-    rss_summary = (
-        f"RSS (each minute's median of readings every {READ_EVERY_S:g} s) "
-        f"{samples[0].rss / mib:.0f} -> {first.rss / mib:.0f} MiB after "
-        f"{WARMUP_S:g} s warm-up -> {last.rss / mib:.0f} MiB at the end (slope "
-        f"{rss_slope / 1024:.0f} KiB/min over {len(warm)} samples; "
-        f"{settling_slope / 1024:.0f} KiB/min from {SETTLING_S:g} s) on {allocator}"
-    )
-    print(f"{table}\n{rss_summary}")
+    print(table)
     assert fd_slope < COUNT_SLOPE_PER_MIN and last.fds <= first.fds + COUNT_FINAL_EXTRA, table
     assert thread_slope < COUNT_SLOPE_PER_MIN, table
     assert last.threads <= first.threads + COUNT_FINAL_EXTRA, table
@@ -367,13 +353,18 @@ def test_serve_soak_has_no_growth(
         f"{rss_bound / 1024:.0f})\n{table}"
     )
     assert last.rss <= first.rss * (1 + RSS_FINAL_SHARE), table
+    mib = 2**20
     fault_ledger.record(
         area="soak",
         fault=f"batchscope serve for {SOAK_S / 60:g} min on the CPU testbed under changing "
         f"load (8 clients, 60 req/s, idle, 4 clients, 20 req/s in turn) and 2 UI users",
         tries=len(samples),
         outcome=f"{sent} inferences, 0 failed; {pages.total('requests')} UI requests, 0 5xx; "
-        f"{rss_summary}; fds {first.fds} -> "
+        f"RSS (each minute's median of readings every {READ_EVERY_S:g} s) "
+        f"{samples[0].rss / mib:.0f} -> {first.rss / mib:.0f} MiB after "
+        f"{WARMUP_S:g} s warm-up -> {last.rss / mib:.0f} MiB at the end (slope "
+        f"{rss_slope / 1024:.0f} KiB/min over {len(warm)} samples; "
+        f"{settling_slope / 1024:.0f} KiB/min from {SETTLING_S:g} s); fds {first.fds} -> "
         f"{last.fds} ({fd_slope:+.2f}/min); threads {first.threads} -> {last.threads} "
         f"({thread_slope:+.2f}/min); {len(receiver.received)} alert posts received",
     )

@@ -471,10 +471,6 @@ def _image_problems(dockerfile: str) -> list[str]:
         "ports": by_keyword.get("EXPOSE") == [f"{EXPORTER_PORT} 8050"],
         # The project without extras.
         "pip install": any("pip " in r and "[" not in r for r in by_keyword["RUN"]),
-        # What the long-running commands run on (the ``allocator`` setting).
-        "jemalloc": any(
-            re.search(r"apt-get install .*\blibjemalloc2\b", r) for r in by_keyword["RUN"]
-        ),
     }
     problems = [what for what, ok in checks.items() if not ok]
     if json.loads(by_keyword["ENTRYPOINT"][-1]) != ["batchscope"]:
@@ -500,11 +496,6 @@ def test_the_image_check_catches_a_root_image_without_a_health_check() -> None:
         r"HEALTHCHECK[^\n]*\\\n[^\n]*\n", "", text.replace("USER 10001:10001", "USER root")
     )
     assert _image_problems(broken) == ["non-root user", "health check"]
-
-
-def test_the_image_check_catches_an_image_without_jemalloc() -> None:
-    text = DOCKERFILE.read_text().replace(" libjemalloc2", "")
-    assert _image_problems(text) == ["jemalloc"]
     joined = _dockerfile_instructions('RUN a \\\n    # note\n    && b\nCMD ["x"]\n')
     assert joined == [("RUN", "a && b"), ("CMD", '["x"]')]
 
