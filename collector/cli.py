@@ -142,7 +142,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
         check_file_sd=not args.triton,  # observing one server ignores the file_sd files
     )
     if args.triton:  # observe this server, not the fleet the settings may list
-        settings = settings.model_copy(update={"file_sd": (), "shard": None})
+        settings = settings.model_copy(update={"file_sd": (), "dns_sd": (), "shard": None})
     # Observing live writes the samples (into a new store if need be); recommending
     # from stored samples needs a store that holds some.
     store = (

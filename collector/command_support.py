@@ -81,6 +81,7 @@ def collecting_settings(
             "prometheus_url": getattr(args, "prometheus", None),
             # Flags of the commands that scrape a fleet (add_fleet_flags).
             "file_sd": getattr(args, "file_sd", None),
+            "dns_sd": getattr(args, "dns_sd", None),
             "shard": getattr(args, "shard", None),
         },
         known_sources=set(SOURCES),
@@ -91,19 +92,27 @@ def collecting_settings(
 
 
 NO_TARGET = (
-    "no Triton target: pass --triton URL or --file-sd FILE, set BATCHSCOPE_TRITON or list "
-    "targets in the config file"
+    "no Triton target: pass --triton URL, --file-sd FILE or --dns-sd NAME, set "
+    "BATCHSCOPE_TRITON or list targets in the config file"
 )
 
 
 def add_fleet_flags(parser: argparse.ArgumentParser) -> None:
-    """``--file-sd`` and ``--shard``, for a command that scrapes targets."""
+    """``--file-sd``, ``--dns-sd`` and ``--shard``, for a command that scrapes targets."""
     parser.add_argument(
         "--file-sd",
         action="append",
         metavar="FILE",
         help="Prometheus file_sd file (JSON or YAML, a glob pattern too) listing more "
         "targets, re-read when it changes (repeatable)",
+    )
+    parser.add_argument(
+        "--dns-sd",
+        action="append",
+        metavar="NAME",
+        help="DNS SRV name whose records list more targets (each record's host:port an "
+        "HTTP endpoint, metrics on port 8002 of that host), looked up again every "
+        "dns_sd_refresh_s (repeatable)",
     )
     parser.add_argument(
         "--shard",
@@ -117,10 +126,11 @@ def require_targets(settings: Any) -> None:
     from collector.sources import SOURCES
 
     # A GPU-only host (``--sources nvml,host``) needs no Triton target; file_sd files
-    # may list none yet, and gain some later.
+    # and DNS SRV names may list none yet, and gain some later.
     if (
         not settings.targets
         and not settings.file_sd
+        and not settings.dns_sd
         and any(SOURCES[n].per_target for n in settings.sources)
     ):
         raise ConfigError("targets", NO_TARGET)
@@ -133,6 +143,8 @@ def describe_targets(settings: Settings, *, most: int = 5) -> str:
     parts = [", ".join(urls) if len(urls) <= most else f"{len(urls)} targets"] if urls else []
     if settings.file_sd:
         parts.append(f"the targets of file_sd {', '.join(settings.file_sd)}")
+    if settings.dns_sd:
+        parts.append(f"the SRV records of {', '.join(settings.dns_sd)}")
     if FLEET_SOURCE in settings.sources and settings.prometheus_url:
         parts.append(f"every Triton that Prometheus {settings.prometheus_url} scrapes")
     text = " and ".join(parts) or "no Triton target"

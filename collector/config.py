@@ -25,6 +25,10 @@ YAML file (all keys optional)::
     store_buffer_max_bytes: 134217728   # ... and bytes; over either, the oldest are dropped
     file_sd: [targets/*.json]      # Prometheus file_sd files (globs), re-read on change
     file_sd_refresh_s: 5           # how often they are looked at
+    dns_sd: [_http._tcp.triton.ml.svc.cluster.local]   # DNS SRV names listing more targets
+    dns_sd_refresh_s: 30           # how often they are looked up
+    dns_sd_nameserver: null        # "ADDRESS[:PORT]"; default: the system's resolv.conf
+    dns_sd_metrics_port: 8002      # the discovered servers' metrics port ("same": SRV's)
     shard: 0/3                     # scrape only the targets whose hash falls to shard 0 of 3
     analysis_every_s: 15           # detectors run this often
     slo_p95_ms: {resnet50: 40}     # latency objective per model (p95, ms)
@@ -177,6 +181,40 @@ def _none_words(value: object) -> object:
 def _comma_list(value: object) -> object:
     """Environment variables and flags give lists as comma-separated text."""
     return [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+
+
+_DNS_PORT = 53
+# A DNS name: dot-separated labels of letters, digits, '-' and '_' (SRV's _service and
+# _proto), each 1..63 long, an optional final dot.
+_DNS_NAME = re.compile(
+    r"(?:[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\.)*"
+    r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\.?"
+)
+
+
+def parse_nameserver(text: str) -> tuple[str, int]:
+    """``(address, port)`` of ``"ADDRESS"`` or ``"ADDRESS:PORT"`` (an IPv6 address in
+    brackets when a port follows); a ``ValueError`` saying what is wrong."""
+    text = text.strip()
+    host, port_text = text, ""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"{text!r} is not ADDRESS or ADDRESS:PORT")
+        port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    try:
+        address = str(ipaddress.ip_address(host))
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not an IP address (with an optional :PORT) of a nameserver"
+        ) from None
+    if port_text == "":
+        return address, _DNS_PORT
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"{text!r}: the port must be 1..65535")
+    return address, int(port_text)
 
 
 def _normalise_url(value: str, *, default_port: int) -> str:
@@ -373,6 +411,15 @@ class Settings(BaseSettings):
     # (collector.discovery), looked at every ``file_sd_refresh_s``.
     file_sd: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = ()
     file_sd_refresh_s: Seconds = 5.0
+    # DNS SRV names whose records list more targets (collector.dns_sd), looked up
+    # every ``dns_sd_refresh_s``: each record's host and port is a Triton server's HTTP
+    # endpoint, its metrics on ``dns_sd_metrics_port`` of that host ("same": the
+    # record's port). The nameserver is the system's unless ``dns_sd_nameserver``
+    # ("ADDRESS" or "ADDRESS:PORT", e.g. Consul's 127.0.0.1:8600) says otherwise.
+    dns_sd: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = ()
+    dns_sd_refresh_s: Seconds = 30.0
+    dns_sd_nameserver: Annotated[str | None, BeforeValidator(_none_words)] = None
+    dns_sd_metrics_port: int | str = DEFAULT_METRICS_PORT
     # "i/n": this collector scrapes the targets whose stable hash mod n is i.
     shard: Annotated[str | None, BeforeValidator(_none_words)] = None
     analysis_every_s: Seconds = 15.0
@@ -406,6 +453,41 @@ class Settings(BaseSettings):
         if any(not path.strip() for path in value):
             raise ValueError("must be a list of file paths (or glob patterns)")
         return tuple(path.strip() for path in value)
+
+    @field_validator("dns_sd")
+    @classmethod
+    def _dns_sd_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        names = tuple(name.strip() for name in value)
+        for name in names:
+            if not _DNS_NAME.fullmatch(name) or len(name.rstrip(".")) > 253:
+                raise ValueError(
+                    f"{name!r} is not a DNS name (such as _http._tcp.triton.example.com)"
+                )
+        return names
+
+    @field_validator("dns_sd_nameserver")
+    @classmethod
+    def _dns_sd_nameserver(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parse_nameserver(value)
+        return value.strip()
+
+    @field_validator("dns_sd_metrics_port", mode="before")
+    @classmethod
+    def _dns_sd_metrics_port(cls, value: object) -> int | str:
+        if isinstance(value, str) and value.strip().lower() == "same":
+            return "same"
+        text = str(value).strip() if isinstance(value, int | str) else ""
+        if isinstance(value, bool) or not text.isdigit() or not 0 < int(text) < 65536:
+            raise ValueError(f"must be a port 1..65535 or 'same', got {value!r}")
+        return int(text)
+
+    @property
+    def dns_sd_metrics_port_number(self) -> int | None:
+        """``dns_sd_metrics_port`` as a port; None for "same" (each record's port)."""
+        port = self.dns_sd_metrics_port
+        return port if isinstance(port, int) else None
 
     @field_validator("shard")
     @classmethod

@@ -1,4 +1,5 @@
-"""Targets from Prometheus ``file_sd`` files, and which targets fall to this shard.
+"""Targets from Prometheus ``file_sd`` files, and which targets fall to this shard
+(``collector.dns_sd`` finds them in DNS SRV records).
 
 A file (JSON, or YAML when its name ends in ``.yml``/``.yaml``) holds target groups,
 exactly as Prometheus's ``file_sd_configs`` reads them::
@@ -37,7 +38,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import yaml
@@ -49,6 +50,8 @@ from collector.errors import ConfigError
 __all__ = [
     "HTTP_PORT_LABEL",
     "METRICS_PORT_LABEL",
+    "TargetFinder",
+    "address_target",
     "FileSd",
     "in_shard",
     "shard_index",
@@ -83,7 +86,9 @@ def _port(labels: dict[str, str], key: str, where: str) -> int | None:
     return int(text)
 
 
-def _target(address: str, labels: dict[str, str], where: str) -> TargetSettings:
+def address_target(address: str, labels: dict[str, str], where: str) -> TargetSettings:
+    """The target at ``address`` (``host:port``) with file_sd ``labels``; a
+    ``ConfigError`` for field file_sd naming ``where`` when either is invalid."""
     if not isinstance(address, str) or not address.strip() or "://" in address:
         raise ConfigError(
             "file_sd", f"{where}: a target must be host:port (no scheme), got {address!r}"
@@ -158,7 +163,7 @@ def targets_from_groups(data: object, origin: str) -> list[TargetSettings]:
         labels = _labels(group, where)
         for t, address in enumerate(addresses):
             entry = f"{where} targets[{t}]"
-            target = _target(address, labels, entry)
+            target = address_target(address, labels, entry)
             seen = found.get(target.name)
             if seen is not None and seen[0] != target:
                 raise ConfigError(
@@ -186,6 +191,25 @@ def _parse(path: Path) -> list[TargetSettings]:
     return targets_from_groups(data, str(path))
 
 
+class TargetFinder(Protocol):
+    """Where discovered targets come from (file_sd files, DNS SRV names): ``setting``
+    names the setting that lists them, for messages."""
+
+    setting: str
+
+    def load(self) -> list[TargetSettings]:
+        """The targets at start."""
+        ...
+
+    def targets(self) -> list[TargetSettings]:
+        """The targets of the last look."""
+        ...
+
+    def refresh(self) -> list[TargetSettings] | None:
+        """The targets when they changed since the last look, else None."""
+        ...
+
+
 @dataclass
 class _Seen:
     signature: tuple[int, int, int] | None  # (inode, size, mtime_ns) last looked at
@@ -195,6 +219,8 @@ class _Seen:
 
 class FileSd:
     """The targets of the file_sd ``patterns`` (paths or glob patterns)."""
+
+    setting = "file_sd"
 
     def __init__(self, patterns: Sequence[str]) -> None:
         self.patterns = list(patterns)

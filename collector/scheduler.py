@@ -33,7 +33,7 @@ from collector import records
 from collector.analysis.health import HOST_KIND, TRITON_KIND, stale_after_s
 from collector.analysis.rates import CounterTrack, rates_between
 from collector.config import Settings, TargetSettings
-from collector.discovery import FileSd, in_shard
+from collector.discovery import FileSd, TargetFinder, in_shard
 from collector.errors import CollectError
 from collector.scrape_loop import LoopCounts, PeriodicJob, ScrapeLoop
 from collector.sources import SOURCES
@@ -97,9 +97,31 @@ def collector_jobs(settings: Settings, *, analyses: bool) -> list[str]:
     if _runs_store_jobs(settings):
         jobs += ["analysis"] if analyses else []
         jobs.append("housekeeping")
-    if settings.file_sd:
-        jobs.append("file_sd")
+    jobs += [finder for finder in _FINDER_SETTINGS if getattr(settings, finder)]
     return jobs
+
+
+# The settings that list discovered targets, each refreshed by a job of that name.
+_FINDER_SETTINGS = ("file_sd", "dns_sd")
+
+
+def target_finders(settings: Settings) -> list[TargetFinder]:
+    """Where this collector's discovered targets come from: the file_sd files, then the
+    DNS SRV names (a target both list is file_sd's)."""
+    finders: list[TargetFinder] = []
+    if settings.file_sd:
+        finders.append(FileSd(settings.file_sd))
+    if settings.dns_sd:
+        from collector.dns_sd import DnsSd  # dnspython, only where SRV names are looked up
+
+        finders.append(
+            DnsSd(
+                settings.dns_sd,
+                nameserver=settings.dns_sd_nameserver,
+                metrics_port=settings.dns_sd_metrics_port_number,
+            )
+        )
+    return finders
 
 
 def store_pool_size(settings: Settings, *, analyses: bool = True, other_threads: int = 0) -> int:
@@ -134,16 +156,19 @@ class CollectorService:
         source_factory: Callable[[TargetSettings], list[Source]] | None = None,
     ) -> None:
         """``sources`` run from start; the targets of ``settings.file_sd`` (read now: a
-        ``ConfigError`` when a file is invalid) get theirs from ``source_factory``
-        (default: ``target_sources``) as they come and go."""
+        ``ConfigError`` when a file is invalid) and ``settings.dns_sd`` (looked up now)
+        get theirs from ``source_factory`` (default: ``target_sources``) as they come
+        and go."""
         self.settings = settings
         self.store = store
         self.sources = list(sources)
         self._source_factory = source_factory or (lambda t: target_sources(settings, t))
-        # Where each target is scraped: the settings' own, then file_sd's as they come.
+        # Where each target is scraped: the settings' own, then discovered ones as they come.
         self._endpoints: dict[str, TargetSettings] = {t.name: t for t in settings.targets}
         self._discovered: dict[str, tuple[TargetSettings, list[Source]]] = {}
-        self._file_sd = FileSd(settings.file_sd) if settings.file_sd else None
+        self._finders = target_finders(settings)
+        # One refresh at a time: the file_sd and dns_sd jobs each make the whole list.
+        self._refresh_lock = threading.Lock()
         self._targets_lock = threading.Lock()
         self._loop: ScrapeLoop | None = None
         self._stopped = False  # shut down: no target starts any more
@@ -171,8 +196,10 @@ class CollectorService:
             max_bytes=settings.store_buffer_max_bytes,
             on_outage=self._keep_outage,
         )
-        if self._file_sd is not None:
-            self.update_targets(self._file_sd.load())
+        if self._finders:
+            for finder in self._finders:
+                finder.load()
+            self.update_targets(self._found())
 
     # ------------------------------------------------------------------ one scrape
 
@@ -431,21 +458,33 @@ class CollectorService:
     @property
     def targets(self) -> list[TargetSettings]:
         """The targets this collector scrapes now: its shard of the settings' own and
-        of those the file_sd files list."""
+        of those the file_sd files and DNS SRV names list."""
         shard = self.settings.shard_of
         own = [t for t in self.settings.targets if in_shard(t.name, shard)]
         with self._targets_lock:
             return own + [t for t, _ in self._discovered.values()]
 
-    def refresh_targets(self) -> None:
-        """Look at the file_sd files again (a stat each when nothing changed)."""
-        if self._file_sd is not None:
-            found = self._file_sd.refresh()
-            if found is not None:
-                self.update_targets(found)
+    def refresh_targets(self, setting: str | None = None) -> None:
+        """Look at the file_sd files (a stat each when nothing changed) and the DNS SRV
+        names again, or only those of ``setting`` ("file_sd", "dns_sd")."""
+        with self._refresh_lock:
+            changed = False
+            for finder in self._finders:
+                if setting in (None, finder.setting) and finder.refresh() is not None:
+                    changed = True
+            if changed:
+                self.update_targets(self._found())
+
+    def _found(self) -> list[TargetSettings]:
+        """Every finder's targets, each name once (the first finder's wins)."""
+        merged: dict[str, TargetSettings] = {}
+        for finder in self._finders:
+            for target in finder.targets():
+                merged.setdefault(target.name, target)
+        return list(merged.values())
 
     def update_targets(self, found: Sequence[TargetSettings]) -> None:
-        """Make ``found`` (file_sd's targets) the discovered targets: those of this
+        """Make ``found`` (file_sd's and dns_sd's targets) the discovered targets: those of this
         shard not yet scraped start, those gone stop and their sources are closed. A
         target the settings name themselves keeps the settings' endpoints. A target
         whose sources cannot be made is logged and left out; the others change."""
@@ -464,7 +503,7 @@ class CollectorService:
             try:  # every new source first: a failure changes nothing else
                 built[name] = (target, self._source_factory(target))
             except Exception:
-                log.exception("file_sd: cannot scrape target %s; left out", name)
+                log.exception("discovery: cannot scrape target %s; left out", name)
         with self._targets_lock:
             # The loop read once, and sources added under the lock that shutdown
             # takes to end it: none starts on a stopped loop and stays unclosed.
@@ -497,7 +536,7 @@ class CollectorService:
                 self._close_source(source)
         if gone or built:
             log.info(
-                "file_sd: %d target(s) started, %d stopped; %d discovered in all",
+                "discovery: %d target(s) started, %d stopped; %d discovered in all",
                 len(built),
                 len(gone),
                 len(self._discovered),
@@ -564,10 +603,17 @@ class CollectorService:
             sources = list(self.sources)
         for source in sources:
             self._loop.add(source)
-        runs = {
+        runs: dict[str, tuple[float, Callable[[], object]]] = {
             "analysis": (settings.analysis_every_s, self.run_analyses),
             "housekeeping": (settings.retention.every_s, self.run_housekeeping),
-            "file_sd": (settings.file_sd_refresh_s, self.refresh_targets),
+            "file_sd": (
+                settings.file_sd_refresh_s,
+                functools.partial(self.refresh_targets, "file_sd"),
+            ),
+            "dns_sd": (
+                settings.dns_sd_refresh_s,
+                functools.partial(self.refresh_targets, "dns_sd"),
+            ),
         }
         self._jobs = [
             PeriodicJob(name, *runs[name])
@@ -629,8 +675,8 @@ class CollectorService:
         for job in self._jobs:
             job.stop()
         for job in self._jobs:  # no target change after this
-            if job.name == "file_sd" and not job.join(_SLOW_JOB_WAIT_S):
-                log.warning("file_sd still running at shutdown; not waited for")
+            if job.name in _FINDER_SETTINGS and not job.join(_SLOW_JOB_WAIT_S):
+                log.warning("%s still running at shutdown; not waited for", job.name)
         with self._targets_lock:  # update_targets adds sources under it
             loop, self._loop = self._loop, None
             self._stopped = True

@@ -402,15 +402,18 @@ class PrometheusSource:
                 "the prometheus source needs the URL of a Prometheus: --prometheus URL",
             )
         direct = "triton" in settings.sources
-        if direct and settings.file_sd:
-            # The file_sd targets come and go while this source runs: it could not
-            # leave them to the triton source, and would store each under a second name.
-            raise ConfigError(
-                "file_sd",
-                "the prometheus source with the triton source cannot take --file-sd "
-                "targets too: list the directly scraped targets with --triton or in the "
-                "config file, or leave the triton source out",
-            )
+        for setting in ("file_sd", "dns_sd") if direct else ():
+            if getattr(settings, setting):
+                # Discovered targets come and go while this source runs: it could not
+                # leave them to the triton source, and would store each under a second
+                # name.
+                flag = "--" + setting.replace("_", "-")
+                raise ConfigError(
+                    setting,
+                    f"the prometheus source with the triton source cannot take {flag} "
+                    "targets too: list the directly scraped targets with --triton or in "
+                    "the config file, or leave the triton source out",
+                )
         by_instance = {urlsplit(t.metrics_url).netloc: t.name for t in settings.targets}
         return cls(
             settings.prometheus_url,

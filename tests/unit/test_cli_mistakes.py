@@ -224,6 +224,8 @@ def test_collect_into_a_database_that_cannot_be_opened_stops_at_once(
         (["collect", "--file-sd", "missing.json", "--duration", "30"], "file_sd"),
         (["serve", "--file-sd", "missing.json", "--port", "8099"], "file_sd"),
         (["exporter", "--file-sd", "missing.json"], "file_sd"),
+        (["collect", "--dns-sd", "_http._tcp.a b.test", "--duration", "30"], "dns_sd"),
+        (["serve", "--dns-sd", "triton.test/x", "--port", "8099"], "dns_sd"),
         (["collect", "--triton", _NO_SERVER, "--shard", "3/3", "--duration", "30"], "shard"),
         (["serve", "--triton", _NO_SERVER, "--shard", "1-of-2", "--port", "8099"], "shard"),
     ],

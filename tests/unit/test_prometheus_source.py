@@ -287,6 +287,9 @@ def test_with_the_triton_source_file_sd_targets_are_refused_not_read_twice(
     assert fleet_only.name == "prometheus"
     with pytest.raises(ConfigError, match="file_sd.*--file-sd"):
         PrometheusSource.from_settings(Settings(**common, sources=("triton", "prometheus")))
+    srv = {"prometheus_url": "http://p:9090", "dns_sd": ("_http._tcp.triton.test",)}
+    with pytest.raises(ConfigError, match="dns_sd.*--dns-sd"):
+        PrometheusSource.from_settings(Settings(**srv, sources=("triton", "prometheus")))
 
 
 def test_shards_share_the_fleet_without_double_work(prom: _Server) -> None:
