@@ -20,7 +20,7 @@ import requests
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from collector.store import Store
-from tests.support import free_port, stop_process, wait_until
+from tests.support import free_port, start_process, stop_process, wait_until
 
 __all__ = [
     "ALERTMANAGER",
@@ -195,7 +195,7 @@ class Alertmanager:
             pytest.fail(f"{ALERTMANAGER} is missing: apt-get install prometheus-alertmanager")
         log_path = self._dir / f"alertmanager{self.starts}.log"
         with log_path.open("wb") as log:
-            self.process = subprocess.Popen(
+            self.process = start_process(
                 [
                     ALERTMANAGER,
                     f"--config.file={self._config}",

@@ -14,10 +14,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
 
-__all__ = ["RunningCollector", "free_port", "running_collector", "stop_process", "wait_until"]
+from collector import process_control
+
+__all__ = [
+    "RunningCollector",
+    "free_port",
+    "running_collector",
+    "start_process",
+    "stop_process",
+    "wait_until",
+]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -41,6 +51,13 @@ def wait_until(
             pass
         time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def start_process(args: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(args, **popen)`` of a process that is SIGKILLed when the test
+    run dies, even by SIGKILL (``process_control.die_with_parent``): a run stopped
+    hard leaves no server behind."""
+    return subprocess.Popen(args, preexec_fn=process_control.die_with_parent(), **popen)
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:

@@ -18,7 +18,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from collector.testbed.server import find_triton
 from dashboard import ids
-from tests.support import free_port
+from tests.support import free_port, start_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,7 @@ def test_demo_shows_a_finding_and_a_recommendation_within_a_minute(
 ) -> None:  # type: ignore[no-untyped-def]
     find_triton()  # fails with the reason when the testbed is not installed
     db = f"sqlite:///{tmp_path}/demo.db"
-    proc = subprocess.Popen(
+    proc = start_process(
         [sys.executable, "-m", "collector.cli", "demo", "--port", str(free_port()), "--db", db],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

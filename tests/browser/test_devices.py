@@ -21,6 +21,7 @@ from dashboard import ids
 from dashboard.app import create_app
 from tests.nvml_support import GIB
 from tests.nvml_support import scenario as scenario_text
+from tests.support import start_process
 
 REFRESH_S = 60.0
 
@@ -79,7 +80,7 @@ def nvml_store(
         "FAKE_NVML_SCENARIO": str(scenario),
     }
     log = (tmp_path / "collect.log").open("wb")
-    collector = subprocess.Popen(
+    collector = start_process(
         [
             sys.executable,
             "-m",

@@ -34,7 +34,7 @@ from collector.testbed.server import TritonServer
 from tests.alert_support import SECRET, Receiver
 from tests.integration.conftest import TritonFactory
 from tests.integration.prometheus_server import answers_200
-from tests.support import free_port, stop_process, wait_until
+from tests.support import free_port, start_process, stop_process, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ def watched(
         command += ["--port", str(port), "--config", str(config)]
         log = workdir / "serve.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+            proc = start_process(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             wait_until(
                 lambda: proc.poll() is not None or answers_200(ui_url + "/"), 60, "serve's UI"

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.testbed.load import run_load
 from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import TritonServer
-from tests.support import free_port, wait_until
+from tests.support import free_port, start_process, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def server(module_triton_factory: Callable[..., TritonServer]) -> TritonServer:
 def exporter(server: TritonServer) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     base = f"http://127.0.0.1:{free_port()}/"
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
-    proc = subprocess.Popen(
+    proc = start_process(
         [sys.executable, "-m", "collector.cli", "exporter", "--triton", server.http_url]
         + ["--metrics-url", server.metrics_url, "--interval", str(INTERVAL_S)]
         + ["--listen", base.removeprefix("http://").rstrip("/")],

@@ -23,7 +23,7 @@ from collector.analysis.rates import rates_between
 from collector.config import target_from_url
 from collector.sources.triton import TritonSource
 from collector.testbed.fleet import RECORDED_METRICS, RECORDED_MODEL, Fleet
-from tests.support import stop_process, wait_until
+from tests.support import start_process, stop_process, wait_until
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "triton" / "metrics_cpu.txt"
 
@@ -145,7 +145,7 @@ def test_connections_are_kept_alive_until_the_client_closes() -> None:
 
 def test_the_command_announces_its_ports_and_stops_on_sigterm(tmp_path: Path) -> None:
     port_file = tmp_path / "ports.json"
-    proc = subprocess.Popen(
+    proc = start_process(
         [sys.executable, "-m", "collector.testbed.fleet", "--targets", "2", "--models", "1"]
         + ["--port-file", str(port_file)],
         stdout=subprocess.PIPE,
@@ -177,7 +177,7 @@ PARENT = textwrap.dedent("""
 
 
 def test_the_simulator_dies_with_its_parent() -> None:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE)
+    parent = start_process([sys.executable, "-c", PARENT], stdout=subprocess.PIPE)
     try:
         assert parent.stdout is not None
         child = psutil.Process(int(parent.stdout.readline()))

@@ -61,7 +61,7 @@ from tests.integration.prometheus_server import (
     answers_200,
     host_port,
 )
-from tests.support import free_port, stop_process, wait_until
+from tests.support import free_port, start_process, stop_process, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -134,7 +134,7 @@ def collector_db(server: TritonServer, tmp_path_factory: pytest.TempPathFactory)
         *("--duration", "600"),
     ]
     with db_path.with_suffix(".log").open("wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = start_process(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     store = Store(db_url)
     try:
         wait_until(lambda: store.latest_collected_at() is not None, 30, "batchscope's first scrape")
@@ -163,7 +163,7 @@ def exporter_url(server: TritonServer, tmp_path_factory: pytest.TempPathFactory)
     ]
     url = f"http://127.0.0.1:{port}"
     with (workdir / "exporter.log").open("wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
+        proc = start_process(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
     try:
         wait_until(
             lambda: proc.poll() is not None or answers_200(f"{url}/readyz"),

@@ -20,6 +20,7 @@ from collector.testbed.config import DEFAULT_CONFIG, load_testbed_config
 from collector.testbed.load import run_load
 from collector.testbed.models import ModelSpec
 from collector.testbed.server import TritonServer, stub_processes_under
+from tests.support import start_process
 
 # triton_factory / module_triton_factory (conftest.py): start(specs, **kwargs) -> server.
 TritonFactory = Callable[..., TritonServer]
@@ -141,7 +142,7 @@ def test_kill_restart_stop_leave_no_stubs(triton_factory: TritonFactory) -> None
 def test_testbed_up_serves_until_interrupted(tmp_path: Path, triton_available: None) -> None:
     config = tmp_path / "testbed.yaml"
     config.write_text("models:\n  - name: only\n    fixed_ms: 1.0\n")
-    proc = subprocess.Popen(
+    proc = start_process(
         [sys.executable, "-m", "collector.testbed", "testbed", "up", "--config", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

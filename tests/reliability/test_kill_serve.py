@@ -38,7 +38,7 @@ from collector.store.engine import _PG_MIGRATION_LOCK
 from collector.store.migrate import alembic_config
 from collector.testbed.fleet import Fleet
 from tests.reliability.conftest import FaultLedger
-from tests.support import free_port, stop_process, wait_until
+from tests.support import free_port, start_process, stop_process, wait_until
 
 _START_S = 90.0  # the bound of a serve's start and first write (a loaded machine)
 HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()
@@ -57,7 +57,7 @@ class AfterKill:
 
 def _serve(config: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as err:
-        return subprocess.Popen(
+        return start_process(
             [sys.executable, "-m", "collector.cli", "serve", "--config", str(config)]
             + ["--port", str(free_port())],
             stdin=subprocess.DEVNULL,

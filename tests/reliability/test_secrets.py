@@ -34,7 +34,7 @@ from collector.config import load_settings
 from collector.errors import ConfigError
 from tests.alert_support import Receiver
 from tests.reliability.conftest import FaultLedger
-from tests.support import free_port, stop_process, wait_until
+from tests.support import free_port, start_process, stop_process, wait_until
 
 ADMIN_PASSWORD = "adm1n-pw-Qx7Zr4T2"
 VIEWER_PASSWORD = "v1ewer-pw-Lm3Kd8W5"
@@ -202,7 +202,7 @@ _OUTPUT_FILES: dict[subprocess.Popen[bytes], tuple[IO[bytes], IO[bytes]]] = {}
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     # Closed by _finish, which reads them.
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115
-    proc = subprocess.Popen(
+    proc = start_process(
         [sys.executable, "-m", "collector.cli", *args],
         stdout=out,
         stderr=err,

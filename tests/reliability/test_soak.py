@@ -52,7 +52,7 @@ from tests.alert_support import Receiver
 from tests.integration.conftest import TritonFactory, triton_available, triton_factory
 from tests.integration.prometheus_server import answers_200
 from tests.reliability.conftest import FaultLedger
-from tests.support import free_port, stop_process, wait_until
+from tests.support import free_port, start_process, stop_process, wait_until
 
 # The Triton fixtures of the integration tests, used here too.
 __all__ = ["triton_available", "triton_factory"]
@@ -255,7 +255,7 @@ def served(
         command += ["--port", str(port), "--config", str(config)]
         log = tmp_path / "serve.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+            proc = start_process(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             wait_until(
                 lambda: proc.poll() is not None or answers_200(ui_url + "/"), 60, "serve's UI"

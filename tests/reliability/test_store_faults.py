@@ -47,7 +47,7 @@ from tests.reliability.store_support import (
     stored_scrapes,
     wait_for_process_line,
 )
-from tests.support import free_port, wait_until
+from tests.support import free_port, start_process, wait_until
 
 # Holds the write lock of the SQLite file argv[1] until a line comes on stdin.
 _LOCK_HOLDER = """
@@ -66,7 +66,7 @@ _WAIT_S = 30.0  # the bound of every wait for the collector
 def _write_locked(db: Path) -> Iterator[Callable[[], None]]:
     """``db``'s write lock held by another process (``BEGIN EXCLUSIVE``) from entry
     until the ``release()`` this yields is called; never left held on the way out."""
-    holder = subprocess.Popen(
+    holder = start_process(
         [sys.executable, "-c", _LOCK_HOLDER, str(db)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

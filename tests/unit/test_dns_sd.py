@@ -20,13 +20,12 @@ import dns.exception
 import dns.resolver
 import pytest
 
-from collector import process_control
 from collector.config import Settings, TargetSettings
 from collector.dns_sd import DnsSd
 from collector.errors import ConfigError
 from collector.scheduler import CollectorService, collector_jobs
 from collector.store import Store
-from tests.support import stop_process, wait_until
+from tests.support import start_process, stop_process, wait_until
 from tests.unit.test_fleet_targets import _Fake, _write
 
 DNSMASQ = "dnsmasq"
@@ -66,7 +65,7 @@ class DnsServer:
         self.stop()
         self.starts += 1
         log = (self._dir / f"dnsmasq{self.starts}.log").open("wb")
-        self._proc = subprocess.Popen(
+        self._proc = start_process(
             [
                 DNSMASQ,
                 "--keep-in-foreground",
@@ -83,7 +82,6 @@ class DnsServer:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=process_control.die_with_parent(),  # noqa: PLW1509
         )
         log.close()
         wait_until(self._answers, 10, "dnsmasq to answer")

@@ -21,7 +21,7 @@ from collector.config import Settings, TargetSettings
 from collector.exporter.cli import parse_listen
 from collector.exporter.service import Exporter
 from collector.synthetic import scrape_ok
-from tests.support import free_port, wait_until
+from tests.support import free_port, start_process, wait_until
 
 NO_TRITON = "http://127.0.0.1:9"  # nothing listens on the discard port
 
@@ -123,7 +123,7 @@ def test_sigterm_stops_it_promptly_and_removes_its_store(tmp_path: Path) -> None
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSCOPE_")}
     env["TMPDIR"] = str(tmp_path)  # where its temporary store goes
-    proc = subprocess.Popen(
+    proc = start_process(
         [sys.executable, "-m", "collector.cli", "exporter", "--triton", NO_TRITON]
         + ["--listen", f"127.0.0.1:{port}", "--interval", "0.5", "--sources", "triton"],
         stdout=subprocess.PIPE,

@@ -24,7 +24,7 @@ from collector.sources.host import (
     program_name,
     stub_identity,
 )
-from tests.support import wait_until
+from tests.support import start_process, wait_until
 
 # As recorded from the CPU testbed (`ps -o args`), with the temporary folder renamed.
 STUB_CMDLINE = [
@@ -118,7 +118,7 @@ def test_remote_target_yields_nothing_and_touches_no_process() -> None:
 
 def test_local_target_without_server_is_reported_down() -> None:
     # A real process that is not a tritonserver: the source must not mistake it for one.
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = start_process([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         source = HostSource(
             target_from_url("http://127.0.0.1:1"), processes=lambda: [psutil.Process(child.pid)]
@@ -142,7 +142,7 @@ FAKE_SERVER_TARGET = target_from_url(f"http://127.0.0.1:{FAKE_SERVER_PORT}")
 @pytest.fixture
 def fake_server() -> Iterator[subprocess.Popen[bytes]]:
     """A real process whose command line reads as a tritonserver on FAKE_SERVER_PORT."""
-    child = subprocess.Popen(
+    child = start_process(
         ["tritonserver", "-c", "import time; time.sleep(30)", f"--http-port={FAKE_SERVER_PORT}"],
         executable=sys.executable,
     )
