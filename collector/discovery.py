@@ -35,7 +35,7 @@ import json
 import logging
 import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,10 +50,11 @@ from collector.errors import ConfigError
 __all__ = [
     "HTTP_PORT_LABEL",
     "METRICS_PORT_LABEL",
+    "FileSd",
     "TargetFinder",
     "address_target",
-    "FileSd",
     "in_shard",
+    "merge_targets",
     "shard_index",
     "targets_from_groups",
 ]
@@ -191,6 +192,16 @@ def _parse(path: Path) -> list[TargetSettings]:
     return targets_from_groups(data, str(path))
 
 
+def merge_targets(lists: Iterable[Iterable[TargetSettings]]) -> list[TargetSettings]:
+    """The targets of ``lists``, each name once: where two lists name one target, the
+    first list's endpoints are scraped."""
+    merged: dict[str, TargetSettings] = {}
+    for targets in lists:
+        for target in targets:
+            merged.setdefault(target.name, target)
+    return list(merged.values())
+
+
 class TargetFinder(Protocol):
     """Where discovered targets come from (file_sd files, DNS SRV names): ``setting``
     names the setting that lists them, for messages."""
@@ -254,11 +265,7 @@ class FileSd:
 
     def targets(self) -> list[TargetSettings]:
         """The targets of every file's last good read, each name once (first wins)."""
-        merged: dict[str, TargetSettings] = {}
-        for seen in self._files.values():
-            for target in seen.targets:
-                merged.setdefault(target.name, target)
-        return list(merged.values())
+        return merge_targets(seen.targets for seen in self._files.values())
 
     def refresh(self) -> list[TargetSettings] | None:
         """The targets when a file changed since the last look, else None. A file

@@ -29,7 +29,7 @@ import dns.rdatatype
 import dns.resolver
 
 from collector.config import TargetSettings, parse_nameserver
-from collector.discovery import METRICS_PORT_LABEL, address_target
+from collector.discovery import METRICS_PORT_LABEL, address_target, merge_targets
 from collector.errors import ConfigError
 
 __all__ = ["LOOKUP_TIMEOUT_S", "DnsSd"]
@@ -97,11 +97,7 @@ class DnsSd:
 
     def targets(self) -> list[TargetSettings]:
         """The targets of every name's last good lookup, each name once (first wins)."""
-        merged: dict[str, TargetSettings] = {}
-        for found in self._found.values():
-            for target in found.targets:
-                merged.setdefault(target.name, target)
-        return list(merged.values())
+        return merge_targets(found.targets for found in self._found.values())
 
     def refresh(self) -> list[TargetSettings] | None:
         """The targets when a name's records changed since the last look, else None."""

@@ -33,7 +33,7 @@ from collector import records
 from collector.analysis.health import HOST_KIND, TRITON_KIND, stale_after_s
 from collector.analysis.rates import CounterTrack, rates_between
 from collector.config import Settings, TargetSettings
-from collector.discovery import FileSd, TargetFinder, in_shard
+from collector.discovery import FileSd, TargetFinder, in_shard, merge_targets
 from collector.errors import CollectError
 from collector.scrape_loop import LoopCounts, PeriodicJob, ScrapeLoop
 from collector.sources import SOURCES
@@ -477,11 +477,7 @@ class CollectorService:
 
     def _found(self) -> list[TargetSettings]:
         """Every finder's targets, each name once (the first finder's wins)."""
-        merged: dict[str, TargetSettings] = {}
-        for finder in self._finders:
-            for target in finder.targets():
-                merged.setdefault(target.name, target)
-        return list(merged.values())
+        return merge_targets(finder.targets() for finder in self._finders)
 
     def update_targets(self, found: Sequence[TargetSettings]) -> None:
         """Make ``found`` (file_sd's and dns_sd's targets) the discovered targets: those of this
