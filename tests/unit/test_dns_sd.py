@@ -26,7 +26,7 @@ from collector.errors import ConfigError
 from collector.scheduler import CollectorService, collector_jobs
 from collector.store import Store
 from tests.support import start_process, stop_process, wait_until
-from tests.unit.test_fleet_targets import _Fake, _write
+from tests.unit.test_fleet_targets import _Fake, _write, assert_the_one_server_scraped
 
 DNSMASQ = "dnsmasq"
 NAME = "_http._tcp.triton.test"  # the zone dnsmasq answers for is test.
@@ -275,11 +275,4 @@ def test_collect_scrapes_the_servers_the_srv_records_list(
         status = main([*argv, "--db", db, "--interval", "0.5", "--duration", "2"])
         server.shutdown()
     assert status == 0
-    store = Store(db)
-    try:
-        [state] = store.targets()
-        assert (state.name, state.up) == (f"127.0.0.1:{port}", True)
-        assert state.metrics_url == f"http://127.0.0.1:{port}/metrics"
-        assert len(store.model_samples(target=state.name, model="resnet50")) >= 2
-    finally:
-        store.close()
+    assert_the_one_server_scraped(db, port)

@@ -359,6 +359,12 @@ def test_collect_scrapes_the_servers_a_file_sd_file_lists(tmp_path: Path) -> Non
         status = main([*argv, "--interval", "0.5", "--duration", "2"])
         server.shutdown()
     assert status == 0
+    assert_the_one_server_scraped(db, port)
+
+
+def assert_the_one_server_scraped(db: str, port: int) -> None:
+    """The store ``db`` holds one target, the Triton-like server on ``port`` (its HTTP
+    API and metrics on that port), up, with samples of its model."""
     store = Store(db)
     try:
         [state] = store.targets()
