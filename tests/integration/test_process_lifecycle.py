@@ -27,7 +27,7 @@ from collector.testbed.server import (
     processes_of_workdir,
     remove_stale_workdirs,
 )
-from tests.support import free_port, start_process, wait_until
+from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ def _spawn(argv: Sequence[str], cwd: Path, *, ignore_sigint: bool = False) -> su
         # What a non-interactive shell does to a job it starts with `&`.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    return start_process(
+    return subprocess.Popen(
         [sys.executable, "-m", "collector.cli", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
