@@ -111,8 +111,8 @@ def add_fleet_flags(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="NAME",
         help="DNS SRV name whose records list more targets (each record's host:port an "
-        "HTTP endpoint, metrics on port 8002 of that host), looked up again every "
-        "dns_sd_refresh_s (repeatable)",
+        "HTTP endpoint, metrics on dns_sd_metrics_port, 8002, of that host), looked up "
+        "again every dns_sd_refresh_s (repeatable)",
     )
     parser.add_argument(
         "--shard",

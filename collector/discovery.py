@@ -50,6 +50,7 @@ from collector.errors import ConfigError
 __all__ = [
     "HTTP_PORT_LABEL",
     "METRICS_PORT_LABEL",
+    "DISCOVERY_SETTINGS",
     "FileSd",
     "TargetFinder",
     "address_target",
@@ -78,29 +79,31 @@ def in_shard(name: str, shard: tuple[int, int] | None) -> bool:
     return shard is None or shard_index(name, shard[1]) == shard[0]
 
 
-def _port(labels: dict[str, str], key: str, where: str) -> int | None:
+def _port(labels: dict[str, str], key: str, where: str, setting: str) -> int | None:
     if key not in labels:
         return None
     text = labels[key]
     if not text.isdigit() or not 0 < int(text) < 65536:
-        raise ConfigError("file_sd", f"{where}: label {key} must be a port 1..65535, got {text!r}")
+        raise ConfigError(setting, f"{where}: label {key} must be a port 1..65535, got {text!r}")
     return int(text)
 
 
-def address_target(address: str, labels: dict[str, str], where: str) -> TargetSettings:
+def address_target(
+    address: str, labels: dict[str, str], where: str, *, setting: str = "file_sd"
+) -> TargetSettings:
     """The target at ``address`` (``host:port``) with file_sd ``labels``; a
-    ``ConfigError`` for field file_sd naming ``where`` when either is invalid."""
+    ``ConfigError`` for ``setting`` naming ``where`` when either is invalid."""
     if not isinstance(address, str) or not address.strip() or "://" in address:
         raise ConfigError(
-            "file_sd", f"{where}: a target must be host:port (no scheme), got {address!r}"
+            setting, f"{where}: a target must be host:port (no scheme), got {address!r}"
         )
     scheme = labels.get("__scheme__", "http")
     path = labels.get("__metrics_path__", "/metrics")
-    http_port = _port(labels, HTTP_PORT_LABEL, where)
-    metrics_port = _port(labels, METRICS_PORT_LABEL, where)
+    http_port = _port(labels, HTTP_PORT_LABEL, where, setting)
+    metrics_port = _port(labels, METRICS_PORT_LABEL, where, setting)
     if http_port is not None and metrics_port is not None:
         raise ConfigError(
-            "file_sd", f"{where}: give {HTTP_PORT_LABEL} or {METRICS_PORT_LABEL}, not both"
+            setting, f"{where}: give {HTTP_PORT_LABEL} or {METRICS_PORT_LABEL}, not both"
         )
     address = address.strip()
     try:
@@ -109,7 +112,7 @@ def address_target(address: str, labels: dict[str, str], where: str) -> TargetSe
     except ValidationError as exc:
         error = exc.errors()[0]
         reason = str((error.get("ctx") or {}).get("error", error["msg"]))
-        raise ConfigError("file_sd", f"{where}: target {address!r}: {reason}") from None
+        raise ConfigError(setting, f"{where}: target {address!r}: {reason}") from None
     parts = urlsplit(f"{scheme}://{address}")
     host = str(parts.hostname)
     host = f"[{host}]" if ":" in host else host
@@ -190,6 +193,11 @@ def _parse(path: Path) -> list[TargetSettings]:
         first = " ".join(str(exc).split())
         raise ConfigError("file_sd", f"{path} is not valid {kind}: {first}") from None
     return targets_from_groups(data, str(path))
+
+
+#: The settings that list discovered targets; each is refreshed by a job of its name
+#: every ``<setting>_refresh_s``, and each has a flag ``--file-sd``, ``--dns-sd``.
+DISCOVERY_SETTINGS = ("file_sd", "dns_sd")
 
 
 def merge_targets(lists: Iterable[Iterable[TargetSettings]]) -> list[TargetSettings]:

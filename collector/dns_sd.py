@@ -138,19 +138,21 @@ class DnsSd:
             ) from None
         except dns.exception.DNSException as exc:
             raise _LookupFailed(" ".join(str(exc).split())[:300], gone=False) from None
+        # RFC 2782: a target of "." says the service is not available there.
         endpoints = sorted(
-            {(rr.target.to_text(omit_final_dot=True), int(rr.port)) for rr in answer}
+            {
+                (rr.target.to_text(omit_final_dot=True), int(rr.port))
+                for rr in answer
+                if rr.target != dns.name.root
+            }
         )
         targets = []
         for host, port in endpoints:
-            if host in ("", ".") or host == dns.name.root.to_text():
-                continue  # RFC 2782: "." says the service is not available there
             metrics_port = port if self._metrics_port is None else self._metrics_port
             address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             try:
-                targets.append(
-                    address_target(address, {METRICS_PORT_LABEL: str(metrics_port)}, name)
-                )
+                labels = {METRICS_PORT_LABEL: str(metrics_port)}
+                targets.append(address_target(address, labels, name, setting=self.setting))
             except ConfigError as exc:  # a host name no URL can hold
                 log.warning("dns_sd: %s: record %s left out: %s", name, address, exc)
         return targets

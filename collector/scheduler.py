@@ -33,7 +33,13 @@ from collector import records
 from collector.analysis.health import HOST_KIND, TRITON_KIND, stale_after_s
 from collector.analysis.rates import CounterTrack, rates_between
 from collector.config import Settings, TargetSettings
-from collector.discovery import FileSd, TargetFinder, in_shard, merge_targets
+from collector.discovery import (
+    DISCOVERY_SETTINGS,
+    FileSd,
+    TargetFinder,
+    in_shard,
+    merge_targets,
+)
 from collector.errors import CollectError
 from collector.scrape_loop import LoopCounts, PeriodicJob, ScrapeLoop
 from collector.sources import SOURCES
@@ -97,12 +103,8 @@ def collector_jobs(settings: Settings, *, analyses: bool) -> list[str]:
     if _runs_store_jobs(settings):
         jobs += ["analysis"] if analyses else []
         jobs.append("housekeeping")
-    jobs += [finder for finder in _FINDER_SETTINGS if getattr(settings, finder)]
+    jobs += [setting for setting in DISCOVERY_SETTINGS if getattr(settings, setting)]
     return jobs
-
-
-# The settings that list discovered targets, each refreshed by a job of that name.
-_FINDER_SETTINGS = ("file_sd", "dns_sd")
 
 
 def target_finders(settings: Settings) -> list[TargetFinder]:
@@ -602,14 +604,13 @@ class CollectorService:
         runs: dict[str, tuple[float, Callable[[], object]]] = {
             "analysis": (settings.analysis_every_s, self.run_analyses),
             "housekeeping": (settings.retention.every_s, self.run_housekeeping),
-            "file_sd": (
-                settings.file_sd_refresh_s,
-                functools.partial(self.refresh_targets, "file_sd"),
-            ),
-            "dns_sd": (
-                settings.dns_sd_refresh_s,
-                functools.partial(self.refresh_targets, "dns_sd"),
-            ),
+            **{
+                setting: (
+                    getattr(settings, f"{setting}_refresh_s"),
+                    functools.partial(self.refresh_targets, setting),
+                )
+                for setting in DISCOVERY_SETTINGS
+            },
         }
         self._jobs = [
             PeriodicJob(name, *runs[name])
@@ -671,7 +672,7 @@ class CollectorService:
         for job in self._jobs:
             job.stop()
         for job in self._jobs:  # no target change after this
-            if job.name in _FINDER_SETTINGS and not job.join(_SLOW_JOB_WAIT_S):
+            if job.name in DISCOVERY_SETTINGS and not job.join(_SLOW_JOB_WAIT_S):
                 log.warning("%s still running at shutdown; not waited for", job.name)
         with self._targets_lock:  # update_targets adds sources under it
             loop, self._loop = self._loop, None

@@ -67,7 +67,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import requests
 
 from collector.analysis.health import FLEET_SOURCE
-from collector.discovery import in_shard
+from collector.discovery import DISCOVERY_SETTINGS, in_shard
 from collector.errors import CollectError, ConfigError, ParseError, TargetHTTPError
 from collector.records import (
     BatchStat,
@@ -402,7 +402,7 @@ class PrometheusSource:
                 "the prometheus source needs the URL of a Prometheus: --prometheus URL",
             )
         direct = "triton" in settings.sources
-        for setting in ("file_sd", "dns_sd") if direct else ():
+        for setting in DISCOVERY_SETTINGS if direct else ():
             if getattr(settings, setting):
                 # Discovered targets come and go while this source runs: it could not
                 # leave them to the triton source, and would store each under a second

@@ -11,7 +11,6 @@ import shutil
 import socket
 import subprocess
 import threading
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,11 @@ from collector.errors import ConfigError
 from collector.scheduler import CollectorService, collector_jobs
 from collector.store import Store
 from tests.support import start_process, stop_process, wait_until
-from tests.unit.test_fleet_targets import _Fake, _write, assert_the_one_server_scraped
+from tests.unit.test_fleet_targets import (
+    _write,
+    assert_the_one_server_scraped,
+    recording_factory,
+)
 
 DNSMASQ = "dnsmasq"
 NAME = "_http._tcp.triton.test"  # the zone dnsmasq answers for is test.
@@ -225,13 +228,7 @@ def test_the_collector_follows_the_records(tmp_path: Path, dns_server: DnsServer
         timeout_s=0.5,
     )
     assert collector_jobs(settings, analyses=False) == ["housekeeping", "file_sd", "dns_sd"]
-    seen: Counter[tuple[str, str]] = Counter()
-    made: dict[str, _Fake] = {}
-
-    def factory(target: TargetSettings) -> list[Any]:
-        made[target.name] = _Fake(target, "one", seen)
-        return [made[target.name]]
-
+    seen, made, factory = recording_factory()
     store = Store(settings.db_url)
     service = CollectorService(settings, store, [], source_factory=factory)
     assert {t.name: t.url for t in service.targets} == {

@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,21 @@ class _Fake:
         self.closed = True
 
 
+def recording_factory() -> tuple[
+    Counter[tuple[str, str]], dict[str, _Fake], Callable[[TargetSettings], list[Any]]
+]:
+    """A source factory making one ``_Fake`` per target (collector "one"): the scrapes
+    seen by (collector, target), the sources made by target, and the factory."""
+    seen: Counter[tuple[str, str]] = Counter()
+    made: dict[str, _Fake] = {}
+
+    def factory(target: TargetSettings) -> list[Any]:
+        made[target.name] = _Fake(target, "one", seen)
+        return [made[target.name]]
+
+    return seen, made, factory
+
+
 def test_the_collector_follows_the_file(tmp_path: Path) -> None:
     path = tmp_path / "fleet.json"
     _write(path, [{"targets": ["a:8000", "b:8000"]}])
@@ -185,13 +201,7 @@ def test_the_collector_follows_the_file(tmp_path: Path) -> None:
         interval_s=0.05,
         timeout_s=0.5,
     )
-    seen: Counter[tuple[str, str]] = Counter()
-    made: dict[str, _Fake] = {}
-
-    def factory(target: TargetSettings) -> list[Any]:
-        made[target.name] = _Fake(target, "one", seen)
-        return [made[target.name]]
-
+    seen, made, factory = recording_factory()
     store = Store(settings.db_url)
     static = factory(settings.targets[0])
     service = CollectorService(settings, store, static, source_factory=factory)
