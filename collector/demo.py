@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url
 from collector.config import Settings, load_settings, target_from_url
 from collector.errors import ConfigError
 from collector.process_control import stop_on_signals
-from collector.testbed.load import run_load
+from collector.testbed.load import run_load, start_load_loop
 from collector.testbed.models import BATCHED_AND_UNBATCHED
 from collector.testbed.server import StartCancelled, TritonServer
 
@@ -42,6 +42,8 @@ LOAD_PHASES = ((16, 10.0), (24, 10.0), (8, 10.0), (16, 10.0), (32, 10.0))
 DEMO_ANALYSIS = {"window_s": 15.0, "sustain": 2, "clear_after": 2}
 # A phase is driven in runs this long, so that a stop waits for one run at most.
 _LOAD_RUN_S = 2.0
+# How long a stop waits for the load beyond that: its runs end at once when told to.
+_LOAD_STOP_GRACE_S = 3.0
 
 
 def _drive(grpc_url: str, stop: threading.Event) -> None:
@@ -134,6 +136,9 @@ def run_demo(
     # second signal cannot cut the cleanup short and leave Triton or its folder behind.
     with stop_on_signals(stop):
         try:
+            # Before anything is served: the load's first run then starts at once, and a
+            # stop that comes right after the UI's line waits on no gRPC import.
+            start_load_loop()
             server.start(cancel=stop)
             _serve_demo(server, stop, duration_s, settings, port, stopping)
         except StartCancelled:
@@ -212,7 +217,7 @@ def _serve_demo(
             service.close()
         # The load stops first, so Triton has no requests in flight to wait for.
         with stopping.step("load"):
-            driver.join(timeout=_LOAD_RUN_S + 15)
+            driver.join(timeout=_LOAD_RUN_S + _LOAD_STOP_GRACE_S)
 
 
 def add_demo_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -33,7 +33,7 @@ import numpy as np
 
 from collector.testbed.models import INPUT_DIM, INPUT_NAME, OUTPUT_NAME
 
-__all__ = ["LoadResult", "load_in_background", "run_load", "run_load_async"]
+__all__ = ["LoadResult", "load_in_background", "run_load", "run_load_async", "start_load_loop"]
 
 Arrivals = Literal["poisson", "constant"]
 _P = ParamSpec("_P")
@@ -351,6 +351,12 @@ class _LoadLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
+    def start(self) -> None:
+        """Start the loop (and import what it runs) if it is not running yet."""
+        self._started()
+        # The client library too, which each run's first line would import otherwise.
+        importlib.import_module("tritonclient.grpc.aio")
+
     def _started(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
@@ -390,9 +396,14 @@ class _LoadLoop:
         """Stop the loop, then release gRPC's asyncio state (its socket is closed with
         no loop running). Runs in flight stop sending and return what they measured
         (their last requests get ``_DRAIN_S``). A later run starts anew."""
-        with self._lock:
+        # Bounded: a loop still starting holds the lock, and an exit must not wait on it.
+        if not self._lock.acquire(timeout=5.0):
+            return
+        try:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
+        finally:
+            self._lock.release()
         if loop is None or thread is None:
             return
         atexit.unregister(self.close)
@@ -423,6 +434,16 @@ async def _drain() -> None:
 
 
 _LOAD_LOOP = _LoadLoop()
+
+
+def start_load_loop() -> None:
+    """Import gRPC and start the shared load loop now rather than at the first run.
+
+    The import takes a second, and far longer on a busy machine, and cannot be
+    interrupted: a caller that must stop at once (the demo, on SIGTERM) calls this before
+    its first run, so that no run is ever waiting on it when the stop comes.
+    """
+    _LOAD_LOOP.start()
 
 
 def _blocking(coroutine_fn: Callable[_P, Coroutine[Any, Any, _T]]) -> Callable[_P, _T]:

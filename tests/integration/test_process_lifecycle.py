@@ -244,6 +244,10 @@ def test_background_demo_stops_on_sigterm_leaving_nothing(
     children: list[psutil.Process] = []
     started.append((proc, children))
     lines = _read_until(proc, "batchscope UI:")
+    # gRPC's library is loaded before the UI's line, so a SIGTERM that comes as the
+    # first load runs start waits on no import (one took over 20 s on a busy machine).
+    maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    assert "cygrpc" in maps, "the load's gRPC library was not loaded before the UI's line"
     reader, output = _drain(proc)
     children.extend(_descendants(proc.pid))
     names = sorted(p.name() for p in children)
