@@ -127,6 +127,7 @@ class Sample:
     threads: int
     rss_low: int
     rss_high: int
+    store_files: int  # descriptors open on the store's database file: its connections
 
 
 def slope_per_min(samples: Sequence[Sample], value: str) -> float:
@@ -143,12 +144,17 @@ class Reading:
     rss: int
     fds: int
     threads: int
+    store_files: int
 
 
-def read(process: psutil.Process) -> Reading:
-    """RSS, open file descriptors and threads, now."""
+def read(process: psutil.Process, database: Path) -> Reading:
+    """RSS, open file descriptors, threads and store connections (each holds the
+    database file open once), now."""
     with process.oneshot():
-        return Reading(process.memory_info().rss, process.num_fds(), process.num_threads())
+        store_files = sum(1 for f in process.open_files() if Path(f.path) == database)
+        return Reading(
+            process.memory_info().rss, process.num_fds(), process.num_threads(), store_files
+        )
 
 
 def sample(readings: Sequence[Reading], at: float) -> Sample:
@@ -156,7 +162,15 @@ def sample(readings: Sequence[Reading], at: float) -> Sample:
     descriptors and threads (counts have no such dip)."""
     rss = [r.rss for r in readings]
     last = readings[-1]
-    return Sample(at, int(statistics.median(rss)), last.fds, last.threads, min(rss), max(rss))
+    return Sample(
+        at,
+        int(statistics.median(rss)),
+        last.fds,
+        last.threads,
+        min(rss),
+        max(rss),
+        last.store_files,
+    )
 
 
 def seed_history(db_url: str, target: str, *, seconds: float, end: float) -> None:
@@ -222,6 +236,7 @@ class Serve:
     process: subprocess.Popen[bytes]
     ui_url: str
     db_url: str
+    database: Path
     log: Path
 
 
@@ -233,7 +248,8 @@ def served(
     server = triton_factory(list(MODELS))
     port = free_port()
     ui_url = f"http://127.0.0.1:{port}"
-    db_url = f"sqlite:///{tmp_path / 'soak.db'}"
+    database = tmp_path / "soak.db"
+    db_url = f"sqlite:///{database}"
     # serve names a Triton target by its address, as these rows do.
     seed_history(db_url, urlsplit(server.http_url).netloc, seconds=HISTORY_S, end=time.time())
     with Receiver() as receiver:
@@ -261,7 +277,7 @@ def served(
                 lambda: proc.poll() is not None or answers_200(ui_url + "/"), 60, "serve's UI"
             )
             assert proc.poll() is None, log.read_text()[-3000:]
-            yield server, Serve(proc, ui_url, db_url, log), receiver
+            yield server, Serve(proc, ui_url, db_url, database, log), receiver
         finally:
             stop_process(proc)
 
@@ -296,7 +312,7 @@ def test_serve_soak_has_no_growth(
         )
     )
     started = time.monotonic()
-    samples = [sample([read(process)], 0.0)]
+    samples = [sample([read(process, serve.database)], 0.0)]
     driver.start()
     viewer.start()
     try:
@@ -305,7 +321,7 @@ def test_serve_soak_has_no_growth(
         while (elapsed := time.monotonic() - started) < SOAK_S:
             stop.wait(min(READ_EVERY_S, SOAK_S - elapsed))
             assert serve.process.poll() is None, serve.log.read_text()[-3000:]
-            readings.append(read(process))
+            readings.append(read(process, serve.database))
             read_at = time.monotonic() - started
             if read_at >= min(next_sample, SOAK_S):
                 samples.append(sample(readings, read_at))
@@ -340,7 +356,7 @@ def test_serve_soak_has_no_growth(
     table = "\n".join(
         f"{s.at:6.0f} s  rss {s.rss / 2**20:7.1f} MiB ({s.rss_low / 2**20:5.1f}-"
         f"{s.rss_high / 2**20:5.1f})  "
-        f"fds {s.fds:4d}  threads {s.threads:3d}"
+        f"fds {s.fds:4d}  threads {s.threads:3d}  store connections {s.store_files:2d}"
         for s in samples
     )
     print(table)
