@@ -127,7 +127,9 @@ class Sample:
     threads: int
     rss_low: int
     rss_high: int
-    store_files: int  # descriptors open on the store's database file: its connections
+    # Descriptors open on the store's database file: one a connection, and those SQLite
+    # keeps from closed ones while others lock the file (reused by the next it opens).
+    store_files: int
 
 
 def slope_per_min(samples: Sequence[Sample], value: str) -> float:
@@ -148,8 +150,8 @@ class Reading:
 
 
 def read(process: psutil.Process, database: Path) -> Reading:
-    """RSS, open file descriptors, threads and store connections (each holds the
-    database file open once), now."""
+    """RSS, open file descriptors, threads and descriptors on the store's database
+    file, now."""
     with process.oneshot():
         store_files = sum(1 for f in process.open_files() if Path(f.path) == database)
         return Reading(
@@ -356,7 +358,7 @@ def test_serve_soak_has_no_growth(
     table = "\n".join(
         f"{s.at:6.0f} s  rss {s.rss / 2**20:7.1f} MiB ({s.rss_low / 2**20:5.1f}-"
         f"{s.rss_high / 2**20:5.1f})  "
-        f"fds {s.fds:4d}  threads {s.threads:3d}  store connections {s.store_files:2d}"
+        f"fds {s.fds:4d}  threads {s.threads:3d}  on the store {s.store_files:2d}"
         for s in samples
     )
     print(table)
