@@ -45,9 +45,9 @@ _SQLITE_BUSY_TIMEOUT_MS = 10_000
 # Connections a SQLite file store keeps open between uses: one writer at a time (SQLite
 # takes one) and one reader beside it. Each kept connection holds two descriptors and
 # a page cache of up to 2 MiB; a pool that kept every connection a rare peak opened
-# grew by those steps for as long as a process ran (19 -> 23 descriptors and +9 MiB
-# over an hour of serve). Connections beyond these are opened for a peak and closed
-# when it is over: opening one costs about 0.2 ms.
+# kept those for as long as the process ran (an hour of serve went from 19 to 23
+# descriptors, in steps beside its RSS's). Connections beyond these are opened for a
+# peak and closed when it is over: opening one costs about 0.2 ms.
 SQLITE_KEPT_CONNECTIONS = 2
 # Connection execution option that makes a SQLite transaction take the write lock at
 # BEGIN (see ``_configure_sqlite``).
