@@ -308,8 +308,8 @@ def _create_sqlite_engine(url: URL, options: dict[str, Any]) -> Engine:
 
 
 def _sqlite_pool(options: dict[str, Any]) -> dict[str, Any]:
-    """``options``' pool, as many connections at once, of which at most
-    ``SQLITE_KEPT_CONNECTIONS`` are kept open between uses."""
+    """``options`` with a pool that serves as many connections at once as before, of
+    which at most ``SQLITE_KEPT_CONNECTIONS`` stay open between uses."""
     size = options.get("pool_size", 5)  # SQLAlchemy's default
     kept = min(size, SQLITE_KEPT_CONNECTIONS)
     # max_overflow: SQLAlchemy's 10 beyond the size asked for, as for other stores.

@@ -351,13 +351,8 @@ class _LoadLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Start the loop (and import what it runs) if it is not running yet."""
-        self._started()
-        # The client library too, which each run's first line would import otherwise.
-        importlib.import_module("tritonclient.grpc.aio")
-
-    def _started(self) -> asyncio.AbstractEventLoop:
+    def running(self) -> asyncio.AbstractEventLoop:
+        """The loop, started (gRPC imported and bound to it) if it was not running."""
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
@@ -381,7 +376,7 @@ class _LoadLoop:
     def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
         """``coroutine``'s result, run on the shared loop; a caller interrupted while
         waiting (Ctrl-C) cancels it."""
-        loop = self._started()
+        loop = self.running()
         if threading.current_thread() is self._thread:
             coroutine.close()
             raise RuntimeError("run_load called from the load loop: await run_load_async")
@@ -443,7 +438,9 @@ def start_load_loop() -> None:
     interrupted: a caller that must stop at once (the demo, on SIGTERM) calls this before
     its first run, so that no run is ever waiting on it when the stop comes.
     """
-    _LOAD_LOOP.start()
+    _LOAD_LOOP.running()
+    # The client library too, which each run's first line would import otherwise.
+    importlib.import_module("tritonclient.grpc.aio")
 
 
 def _blocking(coroutine_fn: Callable[_P, Coroutine[Any, Any, _T]]) -> Callable[_P, _T]:
