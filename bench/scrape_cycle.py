@@ -172,10 +172,22 @@ def run(args: argparse.Namespace) -> None:
             db = scratch or f"sqlite:///{tmp}/bench.db"
             store = Store(db)
             settings = Settings(targets=[target], interval_s=1.0)
-            source = TritonSource(target)
+            source = TritonSource(target, statistics_interval_s=args.statistics_every - 0.5)
             tick = itertools.count(1_000_000)
             service = CollectorService(settings, store, [source], clock=lambda: float(next(tick)))
-            source._clock = lambda: float(next(tick))  # noqa: SLF001
+            # The source's own clock advances one second a scrape, so the statistics
+            # are read every ``--statistics-every`` scrapes, as ``collect`` reads them
+            # every ``statistics_interval_s`` at its interval.
+            scrapes = itertools.count(1_000_000)
+            source._clock = lambda: float(next(scrapes))  # noqa: SLF001
+            source_collect = source.collect
+
+            def collect() -> list[Any]:
+                at = next(scrapes)
+                source._clock = lambda: float(at)  # noqa: SLF001
+                return source_collect()
+
+            source.collect = collect  # type: ignore[method-assign]
             for _ in range(args.warmup):
                 assert service.run_source(source), service.health(source)
             # The profile counts CPU time, as the figure does: with cProfile's default
@@ -192,7 +204,8 @@ def run(args: argparse.Namespace) -> None:
             wall = time.perf_counter() - wall0
             backend = db.split(":")[0].split("+")[0]
             print(
-                f"{args.models} models, {args.scrapes} scrapes, {backend}:"
+                f"{args.models} models, {args.scrapes} scrapes, statistics every"
+                f" {args.statistics_every}, {backend}:"
                 f" {cpu / args.scrapes * 1e3:.2f} ms CPU per target-scrape"
                 f" ({wall / args.scrapes * 1e3:.2f} ms wall)"
             )
@@ -235,6 +248,12 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=20)
     parser.add_argument("--scrapes", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument(
+        "--statistics-every",
+        type=int,
+        default=1,
+        help="read the statistics every N scrapes (collect's default: 5 at a 1 s interval)",
+    )
     parser.add_argument("--db", default="", help="store URL (default: a temporary SQLite)")
     parser.add_argument("--profile", type=int, default=0, help="top N functions, CPU time")
     parser.add_argument("--serve", type=int, default=0, help=argparse.SUPPRESS)

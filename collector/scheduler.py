@@ -410,11 +410,15 @@ class CollectorService:
         with self._lock:
             for metrics in snapshot.model_metrics:
                 series = (metrics.model, metrics.version)
-                current = records.ModelSample(
-                    target=snapshot.target,
-                    collected_at=snapshot.collected_at,
-                    metrics=metrics,
-                    stats=stats.get(series),
+                current = records.build_record(
+                    records.ModelSample,
+                    {
+                        "target": snapshot.target,
+                        "collected_at": snapshot.collected_at,
+                        "metrics": metrics,
+                        "stats": stats.get(series),
+                        "rates": None,
+                    },
                 )
                 key = (snapshot.target, *series)
                 previous = self._previous.get(key)

@@ -43,6 +43,7 @@ from collector.records import (
     ModelPeaks,
     ModelRates,
     ModelSample,
+    build_record,
 )
 from collector.sources.triton_metrics import REQUEST_SUMMARY
 
@@ -138,6 +139,8 @@ _PER_REQUEST = {
     "compute_output_us_per_request": "compute_output_duration_us",
     "request_us_per_request": "request_duration_us",
 }
+_PER_SECOND_PAIRS = tuple(_PER_SECOND.items())
+_PER_REQUEST_PAIRS = tuple(_PER_REQUEST.items())
 
 #: The ``ModelMetrics`` counters whose going down means Triton restarted
 #: (``metrics_reset``).
@@ -215,13 +218,14 @@ def judge_pair(
     the source left at the last break. A break keeps the last counted rate."""
     rates = track.per_s
     span = max(seconds, 0.0)
-    bound = (
-        [RESTART_FACTOR * r * span + RESTART_FLOOR for r in rates]
-        if rates is not None
-        else [RESTART_FLOOR] * len(now)
-    )
+
+    def restart_bound() -> list[float]:
+        if rates is None:
+            return [RESTART_FLOOR] * len(now)
+        return [RESTART_FACTOR * r * span + RESTART_FLOOR for r in rates]
+
     if down:
-        kind = PairKind.RESTART if all(map(operator.le, now, bound)) else PairKind.BREAK
+        kind = PairKind.RESTART if all(map(operator.le, now, restart_bound())) else PairKind.BREAK
         accrued: Sequence[float] = now
     else:
         accrued = list(map(operator.sub, now, before))
@@ -229,14 +233,13 @@ def judge_pair(
         back = (
             left is not None
             and all(map(operator.ge, now, left))
-            and any(map(operator.gt, accrued, bound))
+            and any(map(operator.gt, accrued, restart_bound()))
         )
         moved = (
             rates is not None
             and track.steady
             and any(
-                a > SURGE_FACTOR * r * span + RESTART_FLOOR
-                for a, r in zip(accrued, rates, strict=True)
+                map(operator.gt, accrued, [SURGE_FACTOR * r * span + RESTART_FLOOR for r in rates])
             )
         )
         kind = PairKind.BREAK if back or moved else PairKind.COUNTED
@@ -246,7 +249,7 @@ def judge_pair(
         # by a rise, one that counted less: a move back to it is a drop.
         track.left = tuple(before) if down else None
     elif span > 0:
-        track.per_s = tuple(max(a, 0.0) / span for a in accrued)
+        track.per_s = tuple([max(a, 0.0) / span for a in accrued])
     return kind
 
 
@@ -516,27 +519,32 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 def rates_from_increase(inc: CounterIncrease, *, instance_count: int | None) -> ModelRates:
     window = inc.seconds
     c, failures = inc.counters, inc.failure_by_reason
-    per_s = (lambda v: v / window) if window > 0 else (lambda v: 0.0)
     busy = None
     if inc.batch_compute_ns is not None and instance_count and inc.batch_seconds > 0:
         busy = inc.batch_compute_ns / (inc.batch_seconds * 1e9 * instance_count)
     elif inc.busy_instance_s is not None and inc.busy_window_s > 0:
         busy = inc.busy_instance_s / inc.busy_window_s
     requests = c["request_success"]
-    values: dict[str, Any] = {
-        **{rate: per_s(c[counter]) for rate, counter in _PER_SECOND.items()},
-        **{rate: _ratio(c[counter], requests) for rate, counter in _PER_REQUEST.items()},
-    }
-    return ModelRates(
-        window_s=window,
-        fail_per_s=per_s(sum(failures.values())),
-        fail_per_s_by_reason={r: per_s(v) for r, v in sorted(failures.items())},
-        avg_batch_size=_ratio(c["inference_count"], c["exec_count"]),
-        queue_share=_ratio(c["queue_duration_us"], c["request_duration_us"]),
-        busy_share=busy,
-        resets=inc.resets,
-        **values,
-    )
+    # Every field of ``ModelRates``, so ``build_record`` fills the record directly: this
+    # runs for every series at every scrape.
+    values: dict[str, Any] = {"window_s": window}
+    if window > 0:
+        for rate, counter in _PER_SECOND_PAIRS:
+            values[rate] = c[counter] / window
+        values["fail_per_s"] = sum(failures.values()) / window
+        values["fail_per_s_by_reason"] = {r: v / window for r, v in sorted(failures.items())}
+    else:
+        for rate, _ in _PER_SECOND_PAIRS:
+            values[rate] = 0.0
+        values["fail_per_s"] = 0.0
+        values["fail_per_s_by_reason"] = dict.fromkeys(sorted(failures), 0.0)
+    for rate, counter in _PER_REQUEST_PAIRS:
+        values[rate] = c[counter] / requests if requests > 0 else None
+    values["avg_batch_size"] = _ratio(c["inference_count"], c["exec_count"])
+    values["queue_share"] = _ratio(c["queue_duration_us"], c["request_duration_us"])
+    values["busy_share"] = busy
+    values["resets"] = inc.resets
+    return build_record(ModelRates, values)
 
 
 def rates_between(

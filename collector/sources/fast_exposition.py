@@ -406,6 +406,20 @@ class ExpositionScanner(Generic[P]):
         self._block_samples = False
         self._types: dict[str, str] = {}
 
+    def scan_shaped(self, body: bytes) -> tuple[list[P], list[float]] | None:
+        """A page with the last page's shape, read from it: the payloads of its pairs
+        (the same list object for every page read from one shape, so a caller may key
+        on it what it derives from them) and their values, in order. None when the page
+        is not of that shape: ``scan`` reads it."""
+        shape = self._shape
+        if shape is None:
+            return None
+        values = shape.numbers(body)
+        if values is None:
+            return None
+        self.pages_from_shape += 1
+        return shape.payloads, values
+
     def scan(self, body: bytes) -> tuple[list[tuple[P, float]], dict[str, str]]:
         """Pairs and families of one page. Raises ``ParseError`` or ``IrregularPage``."""
         shape = self._shape
@@ -665,6 +679,12 @@ class _PageShape(Generic[P]):
 
     def pairs(self, body: bytes) -> list[tuple[P, float]] | None:
         """The page's pairs, or None when it is not of this shape."""
+        values = self.numbers(body)
+        return None if values is None else list(zip(self.payloads, values, strict=True))
+
+    def numbers(self, body: bytes) -> list[float] | None:
+        """The values of the page's pairs, in the order of ``payloads``, or None when
+        it is not of this shape."""
         parts = _LAST_TOKEN.split(body)
         if parts[0::2] != self.texts:
             return None
@@ -675,7 +695,7 @@ class _PageShape(Generic[P]):
         if b"_" in b" ".join(values):
             return None
         try:
-            return list(zip(self.payloads, map(float, values), strict=True))
+            return list(map(float, values))
         except ValueError:
             return None
 

@@ -19,12 +19,13 @@ families, so there is one mapping; the fast path gives the same ``TritonMetrics`
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from collector.errors import ParseError
-from collector.records import DeviceSample, ModelMetrics, ServerMetrics
+from collector.records import DeviceSample, ModelMetrics, ServerMetrics, build_record
 from collector.sources.exposition import MetricFamily, parse_exposition
 from collector.sources.fast_exposition import (
     DEFAULT_MAX_SERIES,
@@ -127,6 +128,9 @@ class TritonMetricsParser:
         self._scanner: ExpositionScanner[_SeriesFold] = ExpositionScanner(
             wanted_family, _fold_of, max_series=max_series
         )
+        # The folds of the page shape last read, and the plan made of them.
+        self._plan_folds: list[_SeriesFold] | None = None
+        self._plan: _FoldPlan | None = None
 
     @property
     def cached_entries(self) -> int:
@@ -139,6 +143,15 @@ class TritonMetricsParser:
 
     def parse(self, body: bytes) -> TritonMetrics:
         """Parse and map one metrics page given as bytes. Raises ``ParseError``."""
+        shaped = self._scanner.scan_shaped(body)
+        if shaped is not None:
+            folds, values = shaped
+            if folds is not self._plan_folds:
+                self._plan_folds, self._plan = folds, _FoldPlan.of(folds)
+            folded = None if self._plan is None else self._plan.fold(values)
+            if folded is not None:
+                return folded
+            return _fold_page(list(zip(folds, values, strict=True)))
         try:
             pairs, _ = self._scanner.scan(body)
         except IrregularPage:
@@ -185,20 +198,29 @@ def map_metrics(families: Mapping[str, MetricFamily]) -> TritonMetrics:
     return _fold_page(pairs)
 
 
-def _model_metrics(model: str, version: str, acc: _ModelAccumulator) -> ModelMetrics:
+def _model_metrics(
+    model: str,
+    version: str,
+    sums: Mapping[str, float],
+    failures: Mapping[str, float],
+    quantiles: Mapping[str, Mapping[float, float]],
+    buckets: Mapping[str, Mapping[float, float]],
+) -> ModelMetrics:
+    """One model's record from its figures by field (``sums``), failures by reason and
+    summary quantiles and histogram buckets by family."""
     # Counters default to 0 (a model without a series has counted nothing); the
     # optional families to None (not exported for this model).
-    amounts: dict[str, Any] = {f: acc.sums.get(f, 0.0) for f in _MODEL_COUNTERS.values()}
+    amounts: dict[str, Any] = {f: sums.get(f, 0.0) for f in _MODEL_COUNTERS.values()}
     for f in (*_MODEL_OPTIONAL_SUMS.values(), *_MODEL_OPTIONAL_MAX.values()):
-        amounts[f] = acc.sums.get(f)
-    return ModelMetrics(
-        model=model,
-        version=version,
-        request_failure_by_reason=dict(acc.failures),
-        summary_quantiles_us={fam: dict(sorted(qs.items())) for fam, qs in acc.quantiles.items()},
-        histogram_buckets={fam: dict(sorted(bs.items())) for fam, bs in acc.buckets.items()},
-        **amounts,
-    )
+        amounts[f] = sums.get(f)
+    amounts["model"], amounts["version"] = model, version
+    amounts["request_failure_by_reason"] = dict(failures)
+    amounts["summary_quantiles_us"] = {
+        fam: dict(sorted(qs.items())) for fam, qs in quantiles.items()
+    }
+    amounts["histogram_buckets"] = {fam: dict(sorted(bs.items())) for fam, bs in buckets.items()}
+    # Every field: filled directly (``build_record``), one record per model per scrape.
+    return build_record(ModelMetrics, amounts)
 
 
 def _device_sample(uuid: str, r: Mapping[str, float]) -> DeviceSample:
@@ -326,7 +348,8 @@ def _fold_page(pairs: list[tuple[_SeriesFold, float]]) -> TritonMetrics:
         raise _twice(added)
     return TritonMetrics(
         models=tuple(
-            _model_metrics(model, version, acc) for (model, version), acc in sorted(models.items())
+            _model_metrics(model, version, acc.sums, acc.failures, acc.quantiles, acc.buckets)
+            for (model, version), acc in sorted(models.items())
         ),
         gpus=_gpus_in_order(gpu),
         server=ServerMetrics(**server) if server else None,
@@ -372,3 +395,170 @@ def _gpus_in_order(gpu: Mapping[str, list[tuple[str, float]]]) -> tuple[DeviceSa
             if value == value:
                 per_gpu[target] = value
     return tuple(_device_sample(uuid, r) for uuid, r in readings.items())
+
+
+class _Picks:
+    """Names, each made of the values at its positions on a page (added up in text
+    order; with ``largest``, the largest): ``values(page)`` gives them as a dict in the
+    order the names were first met. Names with one position, most of them, are picked
+    by one ``itemgetter`` call."""
+
+    __slots__ = ("_many", "_names", "_one", "_pick", "largest")
+
+    def __init__(self, largest: bool = False) -> None:
+        self.largest = largest
+        self._names: dict[Any, list[int]] = {}
+        self._one: tuple[Any, ...] = ()
+        self._pick: Callable[[list[float]], tuple[float, ...]] = lambda _values: ()
+        self._many: list[tuple[Any, list[int]]] = []
+
+    def add(self, name: object, at: int) -> None:
+        self._names.setdefault(name, []).append(at)
+
+    def __bool__(self) -> bool:
+        return bool(self._names)
+
+    def ready(self) -> _Picks:
+        """Done adding."""
+        single = [(name, at[0]) for name, at in self._names.items() if len(at) == 1]
+        self._one = tuple(name for name, _ in single)
+        if single:
+            getter = operator.itemgetter(*(at for _, at in single))
+            self._pick = getter if len(single) > 1 else lambda values: (getter(values),)
+        self._many = [(name, at) for name, at in self._names.items() if len(at) > 1]
+        return self
+
+    def values(self, page: list[float]) -> dict[Any, float]:
+        out: dict[Any, float] = dict.fromkeys(self._names, 0.0)  # the names' order
+        # One position: the value itself (0.0 + value but for the sign of a zero).
+        out.update(zip(self._one, self._pick(page), strict=True))
+        for name, positions in self._many:
+            if self.largest:
+                out[name] = max(map(page.__getitem__, positions))
+            else:
+                total = 0.0
+                for at in positions:
+                    total += page[at]
+                out[name] = total
+        return out
+
+
+@dataclass
+class _ModelPlan:
+    """Where the figures of one (model, version) are on a page of one shape."""
+
+    model: str
+    version: str
+    amounts: _Picks = field(default_factory=_Picks)  # ``ModelMetrics`` fields
+    maxima: _Picks = field(default_factory=lambda: _Picks(largest=True))
+    failures: _Picks = field(default_factory=_Picks)
+    quantiles: dict[str, _Picks] = field(default_factory=dict)
+    buckets: dict[str, _Picks] = field(default_factory=dict)
+
+
+class _FoldPlan:
+    """``_fold_page`` worked out once for the folds of a page shape, so that each page
+    of that shape without NaN (the usual page) is folded from its values by position:
+    the same records, each figure adding its values in text order.
+
+    ``of`` gives no plan for folds ``_fold_page`` refuses (a series that adds up met
+    twice) or holding a label that is not a number, and ``fold`` gives None for a page
+    with NaN (left out of the figures one by one): ``_fold_page`` folds those.
+    """
+
+    __slots__ = ("_gpus", "_models", "_server")
+
+    def __init__(
+        self, models: list[_ModelPlan], gpus: list[tuple[str, dict[str, int]]], server: _Picks
+    ) -> None:
+        self._models = models
+        self._gpus = gpus
+        self._server = server
+
+    @classmethod
+    def of(cls, folds: Sequence[_SeriesFold]) -> _FoldPlan | None:
+        models: dict[tuple[str, str], _ModelPlan] = {}
+        gpu: dict[str, list[tuple[str, int]]] = {}
+        server: dict[str, int] = {}
+        added: set[int] = set()
+        for at, fold in enumerate(folds):
+            op = fold[0]
+            if op == _SKIP_OP:
+                continue
+            if op == _GPU:
+                gpu.setdefault(fold[1], []).append((fold[2], at))
+                continue
+            if op == _SERVER:
+                server.setdefault(fold[1], at)  # the first of the family
+                continue
+            if op == _BAD_NUMBER:
+                return None
+            key = fold[1]
+            plan = models.get(key)
+            if plan is None:
+                plan = models[key] = _ModelPlan(*key)
+            if op == _TOUCH:
+                continue
+            if op in (_SUM, _FAIL, _BUCKET):
+                if id(fold) in added:
+                    return None
+                added.add(id(fold))
+            if op == _SUM:
+                plan.amounts.add(fold[2], at)
+            elif op == _MAX:
+                plan.maxima.add(fold[2], at)
+            elif op == _FAIL:
+                plan.failures.add(fold[2], at)
+            elif op == _QUANTILE:
+                plan.quantiles.setdefault(fold[2], _Picks(largest=True)).add(fold[3], at)
+            else:
+                plan.buckets.setdefault(fold[2], _Picks()).add(fold[3], at)
+        for plan in models.values():
+            plan.amounts.ready()
+            plan.maxima.ready()
+            plan.failures.ready()
+            for picks in (*plan.quantiles.values(), *plan.buckets.values()):
+                picks.ready()
+        gpus: dict[str, dict[str, int]] = {}
+        for name, target in _GPU_FAMILIES.items():  # as _gpus_in_order: the last wins
+            for uuid, at in gpu.get(name, ()):
+                gpus.setdefault(uuid, {})[target] = at
+        server_picks = _Picks()
+        for name, at in server.items():
+            server_picks.add(name, at)
+        return cls(
+            [models[key] for key in sorted(models)], list(gpus.items()), server_picks.ready()
+        )
+
+    def fold(self, values: list[float]) -> TritonMetrics | None:
+        """The records of a page of this shape from its values (in pair order); None
+        when one is NaN."""
+        total = sum(values)
+        # NaN, or infinities of both signs: a NaN is left out value by value, by
+        # _fold_page.
+        if total != total and any(v != v for v in values):
+            return None
+        models = []
+        for plan in self._models:
+            amounts = plan.amounts.values(values)
+            if plan.maxima:
+                amounts.update(plan.maxima.values(values))
+            models.append(
+                _model_metrics(
+                    plan.model,
+                    plan.version,
+                    amounts,
+                    plan.failures.values(values),
+                    {family: picks.values(values) for family, picks in plan.quantiles.items()},
+                    {family: picks.values(values) for family, picks in plan.buckets.items()},
+                )
+            )
+        server = self._server.values(values)
+        return TritonMetrics(
+            models=tuple(models),
+            gpus=tuple(
+                _device_sample(uuid, {target: values[at] for target, at in where.items()})
+                for uuid, where in self._gpus
+            ),
+            server=ServerMetrics(**server) if server else None,
+        )

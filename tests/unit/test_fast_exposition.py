@@ -362,9 +362,12 @@ def _advanced(text: str, step: int) -> str:
 )
 def test_triton_parser_gives_what_parse_metrics_gives(text: str) -> None:
     parser = TritonMetricsParser()
-    for step in range(2):  # cold, then warm on a page whose counters moved
+    # Cold, then warm on a page whose counters moved, then three pages read from the
+    # shape the warm one left (folded by the plan made of it).
+    for step in range(5):
         page = _advanced(text, step)
         assert parser.parse(page.encode()) == parse_metrics(page)
+    assert parser.pages_from_shape == 3
 
 
 _GPU_LINES = (FIXTURES / "metrics_gpu.txt").read_text().splitlines()

@@ -210,3 +210,19 @@ def test_stores_of_one_process_may_be_opened_at_once(tmp_path: Path) -> None:
     finally:
         for s in stores:
             s.close()
+
+
+def test_absent_figures_are_stored_as_sql_null(store: Store, db_url: str) -> None:
+    """A scrape between two readings of the statistics and the first of a series (no
+    rates) leave those columns NULL, as another client reads them; the SQLite driver
+    binds each None through the adapter the store gives it."""
+    snapshot = replace(_snapshot(T0), model_stats=())
+    store.write_triton(snapshot, {})
+    nulls = _sql(
+        db_url,
+        "SELECT COUNT(*) FROM model_samples WHERE stats_inference_count IS NULL"
+        " AND batch_stats IS NULL AND avg_batch_size IS NULL AND rate_window_s IS NULL",
+    )
+    assert nulls == [(1,)]
+    (sample,) = store.model_samples(target="triton-a")
+    assert sample.stats is None and sample.rates is None
