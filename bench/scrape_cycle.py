@@ -9,6 +9,8 @@ process's CPU is counted (``time.process_time``), after ``--warmup`` scrapes.
     .venv/bin/python bench/scrape_cycle.py --models 20 --scrapes 300
     .venv/bin/python bench/scrape_cycle.py --db postgresql+psycopg://postgres@127.0.0.1:5432/test
     .venv/bin/python bench/scrape_cycle.py --profile 25   # cProfile (CPU time), top 25 by own time
+    .venv/bin/python bench/scrape_cycle.py --statistics-every 5   # as collect at a 1 s interval
+    .venv/bin/python bench/scrape_cycle.py --collector-root ../other-checkout
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import functools
 import itertools
 import json
 import pstats
@@ -147,6 +150,9 @@ def _free_port() -> int:
 
 
 def run(args: argparse.Namespace) -> None:
+    if args.collector_root:
+        # Another checkout's collector (the bench's own code stays this tree's).
+        sys.path.insert(0, str(Path(args.collector_root).resolve()))
     from collector.config import Settings, TargetSettings
     from collector.scheduler import CollectorService
     from collector.sources.triton import TritonSource
@@ -196,10 +202,16 @@ def run(args: argparse.Namespace) -> None:
             wall0, cpu0 = time.perf_counter(), time.process_time()
             if profiler:
                 profiler.enable()
-            for _ in range(args.scrapes):
-                assert service.run_source(source), service.health(source)
+            # Inside one C call, functools.reduce, so that callgrind can count these
+            # scrapes alone (``bench.scrape_instructions``: --toggle-collect).
+            failed = functools.reduce(
+                lambda failed, _: failed or not service.run_source(source),
+                range(args.scrapes),
+                False,
+            )
             if profiler:
                 profiler.disable()
+            assert not failed, service.health(source)
             cpu = time.process_time() - cpu0
             wall = time.perf_counter() - wall0
             backend = db.split(":")[0].split("+")[0]
@@ -256,6 +268,9 @@ def main() -> None:
     )
     parser.add_argument("--db", default="", help="store URL (default: a temporary SQLite)")
     parser.add_argument("--profile", type=int, default=0, help="top N functions, CPU time")
+    parser.add_argument(
+        "--collector-root", default="", help="the checkout whose collector runs (default: this)"
+    )
     parser.add_argument("--serve", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
