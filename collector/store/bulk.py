@@ -180,15 +180,21 @@ class _Plan:
 
 
 def _insert_plan(table: Table, dialect: Dialect, names: Sequence[str]) -> tuple[str, list[str]]:
-    """``INSERT INTO table`` of every column but the generated id, compiled for
-    ``dialect``: its SQL and its parameters' names in order."""
+    """``INSERT INTO table`` of the columns ``names``, compiled for ``dialect``: its SQL
+    and its parameters' names in order. ``names`` are every column but the generated
+    id, or some of them when each column left out may be NULL and has no default (it
+    is then NULL)."""
     columns = _insert_columns(table)
-    if sorted(names) != sorted(columns):
+    if len(set(names)) != len(names) or not set(names) <= set(columns):
         raise RuntimeError(f"bulk insert into {table.name}: the values are not its columns")
+    for name in set(columns) - set(names):
+        column = table.c[name]
+        if not column.nullable or column.default is not None or column.server_default is not None:
+            raise RuntimeError(f"bulk insert into {table.name}: {name} cannot be left out")
     # inline(): no RETURNING of the generated id.
-    compiled = insert(table).inline().compile(dialect=dialect, column_keys=columns)
+    compiled = insert(table).inline().compile(dialect=dialect, column_keys=list(names))
     sql, order = _driver_sql(compiled, dialect, f"bulk insert into {table.name}")
-    if sorted(order) != sorted(columns):
+    if sorted(order) != sorted(names):
         raise RuntimeError(f"bulk insert into {table.name}: unexpected parameters")
     return sql, order
 
@@ -233,7 +239,8 @@ class BulkInsert:
 
 class TupleInsert:
     """``BulkInsert`` for rows given as tuples in the order of ``names`` (a caller's
-    own order, every column but the generated id once), JSON columns already encoded
+    own order, every column but the generated id once, or those of them that are not
+    left NULL: see ``_insert_plan``), JSON columns already encoded
     (``dialect_json_encoder``): each tuple is put in the compiled statement's column
     order by one ``itemgetter``, so no row is built as a mapping first.
 

@@ -38,6 +38,7 @@ from collector.store.rows import (
 )
 from collector.store.sample_rows import (
     MODEL_SAMPLE_LAYOUT,
+    MODEL_SAMPLE_LAYOUT_WITHOUT_STATS,
     config_values,
     device_values,
     model_sample_from,
@@ -65,6 +66,9 @@ _PROCESS = cast(Table, ProcessSampleRow.__table__).c
 # The inserts of every scrape skip SQLAlchemy's per-row parameter processing (see
 # ``bulk``); a config changes seldom and goes through SQLAlchemy Core, built once.
 _INSERT_MODEL_SAMPLES = TupleInsert(cast(Table, ModelSampleRow.__table__), MODEL_SAMPLE_LAYOUT)
+_INSERT_MODEL_SAMPLES_WITHOUT_STATS = TupleInsert(
+    cast(Table, ModelSampleRow.__table__), MODEL_SAMPLE_LAYOUT_WITHOUT_STATS
+)
 _INSERT_SERVER = BulkInsert(cast(Table, ServerSampleRow.__table__))
 _INSERT_DEVICES = BulkInsert(cast(Table, DeviceSampleRow.__table__))
 _INSERT_CONFIG = insert(cast(Table, ModelConfigRow.__table__))
@@ -413,13 +417,24 @@ class SamplesMixin(TargetsMixin):
         stats = {(s.model, s.version): s for s in snapshot.model_stats}
         at = snapshot.collected_at
         encode = dialect_json_encoder(connection.dialect)
-        _INSERT_MODEL_SAMPLES.execute(
-            connection,
-            [
-                model_sample_row(model_ids[key], at, m, stats.get(key), rates.get(key), encode)
-                for key, m in zip(keys, snapshot.model_metrics, strict=True)
-            ],
-        )
+        if stats:
+            _INSERT_MODEL_SAMPLES.execute(
+                connection,
+                [
+                    model_sample_row(model_ids[key], at, m, stats.get(key), rates.get(key), encode)
+                    for key, m in zip(keys, snapshot.model_metrics, strict=True)
+                ],
+            )
+        else:
+            _INSERT_MODEL_SAMPLES_WITHOUT_STATS.execute(
+                connection,
+                [
+                    model_sample_row(
+                        model_ids[key], at, m, None, rates.get(key), encode, stats_columns=False
+                    )
+                    for key, m in zip(keys, snapshot.model_metrics, strict=True)
+                ],
+            )
         return changed
 
     def _model_ids_of(
