@@ -184,3 +184,34 @@ def _get_text(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as response:
         body: bytes = response.read()
     return body.decode()
+
+
+def test_processes_forked_while_load_is_in_flight_start(testbed: TritonServer) -> None:
+    """A process started (fork, then exec) while the load generator's gRPC calls are in
+    flight runs: gRPC's fork handlers, which crashed such children before their exec,
+    are off in every batchscope process (``collector/__init__.py``)."""
+    stop = threading.Event()
+
+    def drive() -> None:
+        while not stop.is_set():
+            run_load(testbed.grpc_url, "batched", concurrency=8, duration_s=1.0, stop=stop)
+
+    drivers = [threading.Thread(target=drive, daemon=True) for _ in range(2)]
+    for driver in drivers:
+        driver.start()
+    try:
+        outcomes = []
+        for _ in range(60):
+            child = start_process(
+                [sys.executable, "-c", "print('started')"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            out, _ = child.communicate(timeout=30)
+            outcomes.append((child.returncode, out.strip()))
+    finally:
+        stop.set()
+        for driver in drivers:
+            driver.join(timeout=10)
+    assert [o for o in outcomes if o != (0, "started")] == []
