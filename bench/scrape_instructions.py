@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 _REFS = re.compile(r"refs:\s+([\d,]+)")
 
 
-def count(tree: Path, args: argparse.Namespace, workdir: Path) -> int:
-    """Instructions of ``args.scrapes`` scrapes with ``tree``'s collector."""
-    out = workdir / f"callgrind.{abs(hash(str(tree)))}"
+def count(tree: Path, args: argparse.Namespace, out: Path) -> int:
+    """Instructions of ``args.scrapes`` scrapes with ``tree``'s collector (callgrind's
+    own output to ``out``)."""
     command = [
         "valgrind",
         "--tool=callgrind",
@@ -70,7 +70,11 @@ def main() -> None:
         raise SystemExit("valgrind not found: install Debian's valgrind package")
     trees = [ROOT] + ([Path(args.against).resolve()] if args.against else [])
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(len(trees)) as pool:
-        counts = list(pool.map(lambda tree: count(tree, args, Path(tmp)), trees))
+        counts = list(
+            pool.map(
+                lambda i: count(trees[i], args, Path(tmp) / f"callgrind.{i}"), range(len(trees))
+            )
+        )
     print(
         f"{args.models} models, {args.scrapes} scrapes, statistics every "
         f"{args.statistics_every}: instructions per target-scrape"

@@ -469,7 +469,10 @@ class _FoldPlan:
     __slots__ = ("_gpus", "_models", "_server")
 
     def __init__(
-        self, models: list[_ModelPlan], gpus: list[tuple[str, dict[str, int]]], server: _Picks
+        self,
+        models: list[_ModelPlan],
+        gpus: list[tuple[str, dict[str, int]]],
+        server: dict[str, int],
     ) -> None:
         self._models = models
         self._gpus = gpus
@@ -523,12 +526,7 @@ class _FoldPlan:
         for name, target in _GPU_FAMILIES.items():  # as _gpus_in_order: the last wins
             for uuid, at in gpu.get(name, ()):
                 gpus.setdefault(uuid, {})[target] = at
-        server_picks = _Picks()
-        for name, at in server.items():
-            server_picks.add(name, at)
-        return cls(
-            [models[key] for key in sorted(models)], list(gpus.items()), server_picks.ready()
-        )
+        return cls([models[key] for key in sorted(models)], list(gpus.items()), server)
 
     def fold(self, values: list[float]) -> TritonMetrics | None:
         """The records of a page of this shape from its values (in pair order); None
@@ -553,7 +551,7 @@ class _FoldPlan:
                     {family: picks.values(values) for family, picks in plan.buckets.items()},
                 )
             )
-        server = self._server.values(values)
+        server = {name: values[at] for name, at in self._server.items()}
         return TritonMetrics(
             models=tuple(models),
             gpus=tuple(

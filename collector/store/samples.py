@@ -417,24 +417,23 @@ class SamplesMixin(TargetsMixin):
         stats = {(s.model, s.version): s for s in snapshot.model_stats}
         at = snapshot.collected_at
         encode = dialect_json_encoder(connection.dialect)
-        if stats:
-            _INSERT_MODEL_SAMPLES.execute(
-                connection,
-                [
-                    model_sample_row(model_ids[key], at, m, stats.get(key), rates.get(key), encode)
-                    for key, m in zip(keys, snapshot.model_metrics, strict=True)
-                ],
-            )
-        else:
-            _INSERT_MODEL_SAMPLES_WITHOUT_STATS.execute(
-                connection,
-                [
-                    model_sample_row(
-                        model_ids[key], at, m, None, rates.get(key), encode, stats_columns=False
-                    )
-                    for key, m in zip(keys, snapshot.model_metrics, strict=True)
-                ],
-            )
+        # A scrape that read no statistics leaves their columns out: they are NULL.
+        inserted = _INSERT_MODEL_SAMPLES if stats else _INSERT_MODEL_SAMPLES_WITHOUT_STATS
+        inserted.execute(
+            connection,
+            [
+                model_sample_row(
+                    model_ids[key],
+                    at,
+                    m,
+                    stats.get(key),
+                    rates.get(key),
+                    encode,
+                    stats_columns=bool(stats),
+                )
+                for key, m in zip(keys, snapshot.model_metrics, strict=True)
+            ],
+        )
         return changed
 
     def _model_ids_of(
