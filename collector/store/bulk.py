@@ -4,9 +4,11 @@ A scrape writes about twenty rows of fifty-odd columns and updates its target's 
 building the parameters of a compiled statement for each of them cost more than the
 database's own work. Here each statement is compiled once per dialect from the
 SQLAlchemy ``Table`` (so no column list is written by hand), its parameters go in as
-tuples in the compiled order, with JSON columns serialised here, to the driver through
-``Connection.exec_driver_sql``: SQLAlchemy still owns the connection, the transaction,
-and the wrapping of driver errors.
+tuples in the compiled order, with JSON columns serialised here, straight to the
+driver's connection (``on_driver``): SQLAlchemy still owns the connection and the
+transaction, and a driver error is raised as SQLAlchemy's, as its own execution would
+raise it (a lost connection invalidated), without its execution context around every
+statement, which cost a scrape's write more than the statements' parameters.
 
 JSON is written as SQLAlchemy's ``JSON(none_as_null=True)`` would (``None`` is SQL
 NULL), but compact, by orjson where that reads back the same as ``json.dumps``. A float
@@ -50,6 +52,7 @@ __all__ = [
     "json_encoder",
     "json_loads",
     "json_text",
+    "on_driver",
 ]
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
@@ -223,7 +226,7 @@ class BulkInsert:
             plan = self._plans[dialect.name] = self._plan(dialect)
         parameters = [plan.parameters(row) for row in rows]
         if parameters:
-            connection.exec_driver_sql(plan.sql, parameters)
+            on_driver(connection, plan.sql, lambda driver: _execute_many(driver, plan.sql, parameters))
 
     def _plan(self, dialect: Dialect) -> _Plan:
         columns = _insert_columns(self.table)
@@ -266,9 +269,9 @@ class TupleInsert:
         if not parameters:
             return
         if dialect.name == "postgresql":
-            _copy(connection, sql, parameters)
+            on_driver(connection, sql, functools.partial(_copy, sql, parameters))
         else:
-            connection.exec_driver_sql(sql, parameters)
+            on_driver(connection, sql, lambda driver: _execute_many(driver, sql, parameters))
 
     def _plan(self, dialect: Dialect) -> tuple[str, Callable[[Any], tuple[Any, ...]]]:
         sql, order = _insert_plan(self.table, dialect, self.names)
@@ -280,25 +283,49 @@ class TupleInsert:
         return sql, _getter([at[name] for name in order])
 
 
-def _copy(connection: Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
-    """``rows`` into PostgreSQL by ``sql`` (a ``COPY ... FROM STDIN``) on psycopg."""
+def on_driver(connection: Connection, sql: str, call: Callable[[Any], object]) -> Any:
+    """``call(driver connection)`` in the transaction of ``connection``, which runs
+    ``sql``; a driver error is raised as SQLAlchemy's (``DBAPIError.instance``, the
+    subclass its own execution would raise), and a connection the server dropped is
+    invalidated, not handed back to the pool for the next write."""
     dialect = connection.dialect
     dbapi_error = dialect.loaded_dbapi.Error
     driver = connection.connection.driver_connection
     assert driver is not None  # a checked-out connection
     try:
-        with driver.cursor() as cursor, cursor.copy(sql) as copy:
-            for row in rows:
-                copy.write_row(row)
+        return call(driver)
     except dbapi_error as err:
-        # As SQLAlchemy's own execution does: a connection the server dropped is not
-        # handed back to the pool for the next write.
         lost = dialect.is_disconnect(err, driver, None)
         if lost:
             connection.invalidate(err)
         raise DBAPIError.instance(
             sql, None, err, dbapi_error, connection_invalidated=lost, dialect=dialect
         ) from err
+
+
+def _copy(sql: str, rows: list[tuple[Any, ...]], driver: Any) -> None:
+    """``rows`` into PostgreSQL by ``sql`` (a ``COPY ... FROM STDIN``) on psycopg."""
+    with driver.cursor() as cursor, cursor.copy(sql) as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def _execute_many(driver: Any, sql: str, parameters: list[tuple[Any, ...]]) -> None:
+    cursor = driver.cursor()
+    try:
+        cursor.executemany(sql, parameters)
+    finally:
+        cursor.close()
+
+
+def _rowcount(driver: Any, sql: str, parameters: tuple[Any, ...]) -> int:
+    """The rows that ``sql`` with ``parameters`` changed."""
+    cursor = driver.cursor()
+    try:
+        cursor.execute(sql, parameters)
+        return int(cursor.rowcount)
+    finally:
+        cursor.close()
 
 
 class KeyedUpdate:
@@ -323,7 +350,7 @@ class KeyedUpdate:
             plan = self._plans[plan_key] = self._plan(connection.dialect, changes, increments)
         sql, order = plan
         parameters = tuple(key_value if name is None else changes[name] for name in order)
-        return int(connection.exec_driver_sql(sql, parameters).rowcount)
+        return int(on_driver(connection, sql, lambda driver: _rowcount(driver, sql, parameters)))
 
     def _plan(
         self, dialect: Dialect, changes: Iterable[str], increments: frozenset[str]

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from collector.errors import ConfigError
-from collector.store.bulk import json_loads
+from collector.store.bulk import json_loads, on_driver
 from collector.store.migrate import holds_store_schema, upgrade_to_head
 from collector.store.schema import Base
 
@@ -363,4 +363,5 @@ def _configure_sqlite(engine: Engine, *, wal: bool, busy_timeout_ms: int | None)
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         write = connection.get_execution_options().get(_WRITE_OPTION, False)
-        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        sql = "BEGIN IMMEDIATE" if write else "BEGIN"
+        on_driver(connection, sql, lambda driver: driver.execute(sql))
