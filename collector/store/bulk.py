@@ -226,7 +226,7 @@ class BulkInsert:
             plan = self._plans[dialect.name] = self._plan(dialect)
         parameters = [plan.parameters(row) for row in rows]
         if parameters:
-            on_driver(connection, plan.sql, lambda driver: _execute_many(driver, plan.sql, parameters))
+            on_driver(connection, plan.sql, functools.partial(_execute_many, plan.sql, parameters))
 
     def _plan(self, dialect: Dialect) -> _Plan:
         columns = _insert_columns(self.table)
@@ -271,7 +271,7 @@ class TupleInsert:
         if dialect.name == "postgresql":
             on_driver(connection, sql, functools.partial(_copy, sql, parameters))
         else:
-            on_driver(connection, sql, lambda driver: _execute_many(driver, sql, parameters))
+            on_driver(connection, sql, functools.partial(_execute_many, sql, parameters))
 
     def _plan(self, dialect: Dialect) -> tuple[str, Callable[[Any], tuple[Any, ...]]]:
         sql, order = _insert_plan(self.table, dialect, self.names)
@@ -310,7 +310,7 @@ def _copy(sql: str, rows: list[tuple[Any, ...]], driver: Any) -> None:
             copy.write_row(row)
 
 
-def _execute_many(driver: Any, sql: str, parameters: list[tuple[Any, ...]]) -> None:
+def _execute_many(sql: str, parameters: list[tuple[Any, ...]], driver: Any) -> None:
     cursor = driver.cursor()
     try:
         cursor.executemany(sql, parameters)
@@ -318,7 +318,7 @@ def _execute_many(driver: Any, sql: str, parameters: list[tuple[Any, ...]]) -> N
         cursor.close()
 
 
-def _rowcount(driver: Any, sql: str, parameters: tuple[Any, ...]) -> int:
+def _rowcount(sql: str, parameters: tuple[Any, ...], driver: Any) -> int:
     """The rows that ``sql`` with ``parameters`` changed."""
     cursor = driver.cursor()
     try:
@@ -350,7 +350,7 @@ class KeyedUpdate:
             plan = self._plans[plan_key] = self._plan(connection.dialect, changes, increments)
         sql, order = plan
         parameters = tuple(key_value if name is None else changes[name] for name in order)
-        return int(on_driver(connection, sql, lambda driver: _rowcount(driver, sql, parameters)))
+        return int(on_driver(connection, sql, functools.partial(_rowcount, sql, parameters)))
 
     def _plan(
         self, dialect: Dialect, changes: Iterable[str], increments: frozenset[str]
