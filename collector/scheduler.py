@@ -429,7 +429,7 @@ class CollectorService:
                         previous,
                         current,
                         instance_count=instances.get(metrics.model),
-                        track=self._tracks.setdefault(key, CounterTrack()),
+                        track=self._tracks.get(key) or self._tracks.setdefault(key, CounterTrack()),
                     )
                 self._previous[key] = current
         return rates

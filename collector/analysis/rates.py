@@ -29,6 +29,7 @@ and divides their sums again, so a merged rate is the rate over the whole, exact
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -453,16 +454,10 @@ def counter_increase(
     reset = kind is PairKind.RESTART
     p, c = prev.metrics, cur.metrics
     reasons, failed_before = c.request_failure_by_reason, p.request_failure_by_reason
+    # The counts before by reason, looked up in C: a reason new since is at 0.
+    before = map(failed_before.get, reasons, itertools.repeat(0.0))
     failures = dict(
-        zip(
-            reasons,
-            cumulative_increases(
-                [failed_before.get(reason, 0.0) for reason in reasons],
-                reasons.values(),
-                reset=reset,
-            ),
-            strict=True,
-        )
+        zip(reasons, cumulative_increases(before, reasons.values(), reset=reset), strict=True)
     )
     increases = dict(
         zip(
