@@ -198,23 +198,28 @@ def map_metrics(families: Mapping[str, MetricFamily]) -> TritonMetrics:
     return _fold_page(pairs)
 
 
+# What a model's figures are when the page has no series of them: counters 0 (it has
+# counted nothing), the optional families None (not exported for this model).
+_ABSENT_FIGURES: dict[str, float | None] = {
+    **dict.fromkeys(_MODEL_COUNTERS.values(), 0.0),
+    **dict.fromkeys((*_MODEL_OPTIONAL_SUMS.values(), *_MODEL_OPTIONAL_MAX.values())),
+}
+
+
 def _model_metrics(
     model: str,
     version: str,
     sums: Mapping[str, float],
-    failures: Mapping[str, float],
+    failures: dict[str, float],
     quantiles: Mapping[str, Mapping[float, float]],
     buckets: Mapping[str, Mapping[float, float]],
 ) -> ModelMetrics:
-    """One model's record from its figures by field (``sums``), failures by reason and
-    summary quantiles and histogram buckets by family."""
-    # Counters default to 0 (a model without a series has counted nothing); the
-    # optional families to None (not exported for this model).
-    amounts: dict[str, Any] = {f: sums.get(f, 0.0) for f in _MODEL_COUNTERS.values()}
-    for f in (*_MODEL_OPTIONAL_SUMS.values(), *_MODEL_OPTIONAL_MAX.values()):
-        amounts[f] = sums.get(f)
+    """One model's record from its figures by field (``sums``: fields of
+    ``_ABSENT_FIGURES``), failures by reason (the record keeps the dict) and summary
+    quantiles and histogram buckets by family."""
+    amounts: dict[str, Any] = {**_ABSENT_FIGURES, **sums}
     amounts["model"], amounts["version"] = model, version
-    amounts["request_failure_by_reason"] = dict(failures)
+    amounts["request_failure_by_reason"] = failures
     amounts["summary_quantiles_us"] = {
         fam: dict(sorted(qs.items())) for fam, qs in quantiles.items()
     }
@@ -429,8 +434,10 @@ class _Picks:
         return self
 
     def values(self, page: list[float]) -> dict[Any, float]:
-        out: dict[Any, float] = dict.fromkeys(self._names, 0.0)  # the names' order
         # One position: the value itself (0.0 + value but for the sign of a zero).
+        if not self._many:  # the usual case: every name is one value, in the names' order
+            return dict(zip(self._one, self._pick(page), strict=True))
+        out: dict[Any, float] = dict.fromkeys(self._names, 0.0)  # the names' order
         out.update(zip(self._one, self._pick(page), strict=True))
         for name, positions in self._many:
             if self.largest:
