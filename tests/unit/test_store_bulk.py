@@ -1,13 +1,25 @@
-"""The store's bulk inserts: rows as tuples in a caller's order, columns left NULL."""
+"""The store's bulk inserts: rows as tuples in a caller's order, columns left NULL, and
+the driver's errors raised as SQLAlchemy's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Column, Float, Integer, MetaData, String, Table, create_engine, select
+from sqlalchemy import (
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    func,
+    select,
+)
+from sqlalchemy.exc import IntegrityError
 
-from collector.store.bulk import TupleInsert
+from collector.store.bulk import KeyedUpdate, TupleInsert
 
 
 def _table() -> Table:
@@ -55,3 +67,31 @@ def test_a_tuple_insert_refuses_columns_it_cannot_leave_out(
     with engine.begin() as connection, pytest.raises(RuntimeError, match=refused):
         TupleInsert(table, names).execute(connection, [tuple(range(len(names)))])
     engine.dispose()
+
+
+@pytest.mark.parametrize("statement", ["insert", "update"])
+def test_a_driver_error_is_sqlalchemy_s_and_the_transaction_is_rolled_back(
+    db_url: str, statement: str
+) -> None:
+    """The hot statements go to the driver's connection (``on_driver``): a refused row
+    still comes up as SQLAlchemy's error, the driver's as its ``orig``, as the write
+    buffer expects (a constraint is not an outage), and nothing of the transaction
+    stays."""
+    table = _table()
+    engine = create_engine(db_url)
+    table.metadata.create_all(engine)
+    insert = TupleInsert(table, ("name", "value", "note", "unit"))
+    with engine.begin() as connection:
+        insert.execute(connection, [("kept", 1.0, None, "s")])
+    with pytest.raises(IntegrityError) as caught, engine.begin() as connection:
+        insert.execute(connection, [("rolled back", 2.0, None, "s")])
+        if statement == "insert":
+            insert.execute(connection, [(None, 3.0, None, "s")])  # name is NOT NULL
+        else:
+            KeyedUpdate(table, "id").execute(connection, 1, {"name": None})
+    assert isinstance(caught.value.orig, engine.dialect.loaded_dbapi.IntegrityError)
+    with engine.connect() as connection:
+        names = connection.execute(select(table.c.name)).scalars().all()
+        count = connection.execute(select(func.count()).select_from(table)).scalar_one()
+    engine.dispose()
+    assert (names, count) == (["kept"], 1)
