@@ -311,6 +311,7 @@ def _copy(sql: str, rows: list[tuple[Any, ...]], driver: Any) -> None:
 
 
 def _execute_many(sql: str, parameters: list[tuple[Any, ...]], driver: Any) -> None:
+    """``sql`` once per tuple of ``parameters`` on the driver's connection."""
     cursor = driver.cursor()
     try:
         cursor.executemany(sql, parameters)
