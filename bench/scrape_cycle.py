@@ -196,6 +196,7 @@ def run(args: argparse.Namespace) -> None:
             source.collect = collect  # type: ignore[method-assign]
             for _ in range(args.warmup):
                 assert service.run_source(source), service.health(source)
+            part = _count_part(args.part, service, store)
             # The profile counts CPU time, as the figure does: with cProfile's default
             # wall clock, the GETs' waits on the server would be charged to libcurl.
             profiler = cProfile.Profile(time.process_time) if args.profile else None
@@ -203,12 +204,15 @@ def run(args: argparse.Namespace) -> None:
             if profiler:
                 profiler.enable()
             # Inside one C call, functools.reduce, so that callgrind can count these
-            # scrapes alone (``bench.scrape_instructions``: --toggle-collect).
-            failed = functools.reduce(
-                lambda failed, _: failed or not service.run_source(source),
-                range(args.scrapes),
-                False,
-            )
+            # scrapes alone (``bench.scrape_instructions``: --toggle-collect); with
+            # --part, only that part's calls are inside one.
+            scrape = functools.partial(service.run_source, source)
+            if part is None:
+                failed = functools.reduce(
+                    lambda failed, _: failed or not scrape(), range(args.scrapes), False
+                )
+            else:
+                failed = not all([scrape() for _ in range(args.scrapes)])
             if profiler:
                 profiler.disable()
             assert not failed, service.health(source)
@@ -230,6 +234,36 @@ def run(args: argparse.Namespace) -> None:
     finally:
         server.terminate()
         server.wait()
+
+
+# The parts of the cycle ``--part`` counts alone (``_count_part``).
+PARTS = ("cycle", "fetch", "page", "statistics", "rates", "store")
+
+
+def _count_part(part: str, service: Any, store: Any) -> str | None:
+    """Wrap ``part``'s function so that each call runs inside one ``functools.reduce``
+    call (what callgrind toggles on), the measured loop then running outside one; None
+    for the whole cycle. Done after the warm-up, so only the measured calls count."""
+    if part == "cycle":
+        return None
+    from collector.sources.http_fetch import HttpFetcher
+    from collector.sources.triton_json import ModelStatsParser
+    from collector.sources.triton_metrics import TritonMetricsParser
+
+    owner, name = {
+        "fetch": (HttpFetcher, "get"),
+        "page": (TritonMetricsParser, "parse"),
+        "statistics": (ModelStatsParser, "parse"),
+        "rates": (service, "_rates_for"),
+        "store": (store, "write_scrape"),
+    }[part]
+    function = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        return functools.reduce(lambda _, __: function(*args, **kwargs), (0,), None)
+
+    setattr(owner, name, counted)
+    return part
 
 
 @contextlib.contextmanager
@@ -268,6 +302,12 @@ def main() -> None:
     )
     parser.add_argument("--db", default="", help="store URL (default: a temporary SQLite)")
     parser.add_argument("--profile", type=int, default=0, help="top N functions, CPU time")
+    parser.add_argument(
+        "--part",
+        choices=PARTS,
+        default="cycle",
+        help="what runs inside functools.reduce, for callgrind (bench.scrape_instructions)",
+    )
     parser.add_argument(
         "--collector-root", default="", help="the checkout whose collector runs (default: this)"
     )

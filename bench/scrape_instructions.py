@@ -11,6 +11,7 @@ Prometheus; this one says what a change did to the CPU's work, repeatably.
 
     .venv/bin/python -m bench.scrape_instructions --against ../main-before-a-change
     .venv/bin/python -m bench.scrape_instructions --models 100 --scrapes 50
+    .venv/bin/python -m bench.scrape_instructions --part rates   # one part alone
 
 Needs valgrind (Debian's ``valgrind`` package); the run takes a minute or two, most of
 it the imports under valgrind.
@@ -26,6 +27,8 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from bench.scrape_cycle import PARTS
 
 ROOT = Path(__file__).resolve().parent.parent
 _REFS = re.compile(r"refs:\s+([\d,]+)")
@@ -47,6 +50,7 @@ def count(tree: Path, args: argparse.Namespace, out: Path) -> int:
         f"--warmup={args.warmup}",
         f"--statistics-every={args.statistics_every}",
         f"--collector-root={tree}",
+        f"--part={args.part}",
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     found = _REFS.search(done.stderr)
@@ -65,6 +69,13 @@ def main() -> None:
         "--statistics-every", type=int, default=5, help="as collect's default at a 1 s interval"
     )
     parser.add_argument("--against", default="", help="another checkout, counted side by side")
+    parser.add_argument(
+        "--part",
+        choices=PARTS,
+        default="cycle",
+        help="count one part of the cycle alone: the GETs, the metrics page, the statistics "
+        "document, the rates or the store write",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind not found: install Debian's valgrind package")
@@ -75,9 +86,10 @@ def main() -> None:
                 lambda i: count(trees[i], args, Path(tmp) / f"callgrind.{i}"), range(len(trees))
             )
         )
+    what = "" if args.part == "cycle" else f" of the {args.part} part"
     print(
         f"{args.models} models, {args.scrapes} scrapes, statistics every "
-        f"{args.statistics_every}: instructions per target-scrape"
+        f"{args.statistics_every}: instructions per target-scrape{what}"
     )
     for tree, total in zip(trees, counts, strict=True):
         print(f"  {total / args.scrapes / 1e6:8.2f} M  {tree}")
