@@ -429,7 +429,8 @@ class CollectorService:
                         previous,
                         current,
                         instance_count=instances.get(metrics.model),
-                        track=self._tracks.get(key) or self._tracks.setdefault(key, CounterTrack()),
+                        # Made with the series' first sample, dropped with its last.
+                        track=self._tracks[key],
                     )
                 self._previous[key] = current
         return rates

@@ -226,7 +226,8 @@ class BulkInsert:
             plan = self._plans[dialect.name] = self._plan(dialect)
         parameters = [plan.parameters(row) for row in rows]
         if parameters:
-            on_driver(connection, plan.sql, functools.partial(_execute_many, plan.sql, parameters))
+            insert_rows = functools.partial(_on_cursor, plan.sql, parameters, True)
+            on_driver(connection, plan.sql, insert_rows)
 
     def _plan(self, dialect: Dialect) -> _Plan:
         columns = _insert_columns(self.table)
@@ -271,7 +272,7 @@ class TupleInsert:
         if dialect.name == "postgresql":
             on_driver(connection, sql, functools.partial(_copy, sql, parameters))
         else:
-            on_driver(connection, sql, functools.partial(_execute_many, sql, parameters))
+            on_driver(connection, sql, functools.partial(_on_cursor, sql, parameters, True))
 
     def _plan(self, dialect: Dialect) -> tuple[str, Callable[[Any], tuple[Any, ...]]]:
         sql, order = _insert_plan(self.table, dialect, self.names)
@@ -310,20 +311,12 @@ def _copy(sql: str, rows: list[tuple[Any, ...]], driver: Any) -> None:
             copy.write_row(row)
 
 
-def _execute_many(sql: str, parameters: list[tuple[Any, ...]], driver: Any) -> None:
-    """``sql`` once per tuple of ``parameters`` on the driver's connection."""
+def _on_cursor(sql: str, parameters: Any, many: bool, driver: Any) -> int:
+    """``sql`` with ``parameters`` (a sequence of them with ``many``) on a cursor of the
+    driver's connection; the rows it changed."""
     cursor = driver.cursor()
     try:
-        cursor.executemany(sql, parameters)
-    finally:
-        cursor.close()
-
-
-def _rowcount(sql: str, parameters: tuple[Any, ...], driver: Any) -> int:
-    """The rows that ``sql`` with ``parameters`` changed."""
-    cursor = driver.cursor()
-    try:
-        cursor.execute(sql, parameters)
+        (cursor.executemany if many else cursor.execute)(sql, parameters)
         return int(cursor.rowcount)
     finally:
         cursor.close()
@@ -351,7 +344,8 @@ class KeyedUpdate:
             plan = self._plans[plan_key] = self._plan(connection.dialect, changes, increments)
         sql, order = plan
         parameters = tuple(key_value if name is None else changes[name] for name in order)
-        return int(on_driver(connection, sql, functools.partial(_rowcount, sql, parameters)))
+        update_row = functools.partial(_on_cursor, sql, parameters, False)
+        return int(on_driver(connection, sql, update_row))
 
     def _plan(
         self, dialect: Dialect, changes: Iterable[str], increments: frozenset[str]
